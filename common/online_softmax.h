@@ -1,0 +1,79 @@
+// online_softmax.h -- the device building blocks every softmax kernel in the course shares:
+// the (m, s) state, its one combine(), and butterfly reductions over a warp and over a block.
+//
+// Nothing here knows whether it runs on NVIDIA (warpSize 32) or AMD CDNA (warpSize 64): the
+// reductions read the warp width from the built-in warpSize and shuffle through SHFL_XOR.
+#pragma once
+#include "portability.h"
+
+#ifndef BLOCK
+#define BLOCK 256  // threads per block: a power of two and a multiple of both 32 and 64
+#endif
+
+// Running statistics of a set of scores: m = their max, s = sum(exp(x - m)).
+// The empty set is (-inf, 0), the identity of combine().
+struct MS {
+  float m;
+  float s;
+};
+
+__device__ __forceinline__ MS ms_empty() { return MS{A07_NEG_INF, 0.0f}; }
+__device__ __forceinline__ MS ms_of(float x) { return MS{x, x == A07_NEG_INF ? 0.0f : 1.0f}; }
+
+// combine(): merge two partial states. Associative and commutative, identity (-inf, 0), so the
+// same function reduces elements into a thread's state, lanes in a warp, warps in a block and
+// tiles of a long row. Both rescale factors are exp(<= 0) <= 1: they cannot overflow.
+//
+// The guard is load-bearing. With both states empty (a fully-masked row) the rescale factor is
+// exp(-inf - -inf) = exp(nan) = nan, and 0 * nan = nan: the NaN of a masked row is born here.
+__device__ __forceinline__ MS combine(MS a, MS b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == A07_NEG_INF) return ms_empty();
+  return MS{m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+// Shuffles for each type a reduction carries.
+__device__ __forceinline__ float shfl_xor(float v, int lane_mask) { return SHFL_XOR(v, lane_mask); }
+__device__ __forceinline__ MS shfl_xor(MS v, int lane_mask) {
+  return MS{SHFL_XOR(v.m, lane_mask), SHFL_XOR(v.s, lane_mask)};
+}
+
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct CombineOp {
+  __device__ __forceinline__ MS operator()(MS a, MS b) const { return combine(a, b); }
+};
+
+// Butterfly all-reduce: after log2(warpSize) xor-shuffles every lane holds the warp's result,
+// so no broadcast is needed afterwards.
+template <class T, class Op>
+__device__ __forceinline__ T warp_allreduce(T v, Op op) {
+  for (int offset = warpSize / 2; offset > 0; offset /= 2) v = op(v, shfl_xor(v, offset));
+  return v;
+}
+
+// Block all-reduce: each warp reduces, warp leaders park their results in shared memory, and
+// every warp reduces those again. Every thread returns the block's result.
+// blockDim.x must be a multiple of warpSize and at most 32 * warpSize.
+template <class T, class Op>
+__device__ __forceinline__ T block_allreduce(T v, Op op, T identity) {
+  __shared__ T partial[32];  // 1024 threads / the smallest warp (32)
+  const int lane = threadIdx.x % warpSize;
+  const int warp = threadIdx.x / warpSize;
+  const int warps = blockDim.x / warpSize;
+  v = warp_allreduce(v, op);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < warps ? partial[lane] : identity;
+  v = warp_allreduce(v, op);
+  __syncthreads();  // partial[] may be reused by the next reduction
+  return v;
+}
+
+__device__ __forceinline__ float block_max(float v) { return block_allreduce(v, MaxOp(), A07_NEG_INF); }
+__device__ __forceinline__ float block_sum(float v) { return block_allreduce(v, SumOp(), 0.0f); }
+__device__ __forceinline__ MS block_combine(MS v) { return block_allreduce(v, CombineOp(), ms_empty()); }

@@ -1,0 +1,345 @@
+"""The benchmark (make bench): every course kernel and its peers, timed in one run on one GPU.
+
+  python -m kernels.bench [--quick] [--out DIR]
+
+- the ceiling: a device-to-device copy measured in the same run (bytes read + written);
+- every implementation over fp32 and bf16, cols 128 ... 262144 (powers of two and a few odd
+  sizes), rows x cols = 2^28 elements (1 GiB of fp32, many times the 60 MB L2);
+- warm-up, then the median of CUDA-event timings (triton.testing.do_bench, median);
+- every timed output checked against a float64 reference computed on the GPU;
+- results/<gpu-slug>/bench.json plus PNG plots beside it.
+
+GBps_min_bytes always counts one read and one write of the tensor, so implementations are compared
+on the work they must do, whatever extra traffic they make; `traversals` is the traffic model's
+count of what each one actually moves.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from . import provenance
+from .native import ROOT
+
+TOTAL = 2**28
+COLS = [128, 256, 512, 1000, 1024, 2048, 3000, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
+QUICK_COLS = [128, 1024, 8192, 65536, 262144]
+
+# implementation -> traversals in the traffic model (what it really moves)
+TRAVERSALS = {
+    "cuda.softmax_naive_unsafe": 3, "cuda.softmax_safe_3pass": 4, "cuda.softmax_online_2pass": 3,
+    "cuda.softmax_online_1pass": 2, "cuda.scale_mask_softmax_unfused": 7, "cuda.scale_mask_softmax_fused": 2,
+    "triton.softmax": 2, "triton.softmax_online": 3, "triton.log_softmax": 2, "triton.scale_mask_softmax": 2,
+    "torch.softmax": 2, "torch.log_softmax": 2, "torch.scale_mask_softmax": 6, "torch.compile.scale_mask_softmax": 2,
+}
+
+
+def gbps(nbytes: float, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def max_rel_err_gpu(got, ref64) -> float:
+    """max |got - ref| / max(|ref|, tiny(dtype)) on the GPU; inf if got has a NaN where ref has none."""
+    import torch
+
+    g = got.double()
+    bad = torch.isnan(g) & ~torch.isnan(ref64)
+    if bool(bad.any()):
+        return math.inf
+    finite = torch.isfinite(ref64)
+    d = torch.where(finite, (g - ref64).abs(), torch.zeros_like(g))
+    scale = ref64.abs().clamp_min(torch.finfo(got.dtype).tiny)
+    return float((d / scale).max())
+
+
+class Bench:
+    def __init__(self, quick: bool):
+        import torch
+        import triton
+        from triton.testing import do_bench
+
+        self.torch, self.triton, self.do_bench = torch, triton, do_bench
+        self.quick = quick
+        self.runs = []
+
+    def time(self, fn) -> float:
+        return float(self.do_bench(fn, warmup=25 if self.quick else 50, rep=100 if self.quick else 200,
+                                   return_mode="median"))
+
+    def copy_ceiling(self) -> float:
+        torch = self.torch
+        src = torch.randn(TOTAL, device="cuda")
+        dst = torch.empty_like(src)
+        ms = self.time(lambda: dst.copy_(src))
+        del src, dst
+        return gbps(2 * TOTAL * 4, ms)
+
+    def record(self, impl, op, x, fn, out, ref64, tol):
+        """Check once on a poisoned output, then time; append a run."""
+        out.fill_(float("nan"))
+        fn()
+        self.torch.cuda.synchronize()
+        err = max_rel_err_gpu(out, ref64)
+        ms = self.time(fn)
+        nbytes = 2 * x.numel() * x.element_size()
+        run = dict(impl=impl, op=op, dtype=str(x.dtype).replace("torch.", ""), rows=x.shape[0], cols=x.shape[1],
+                   ms=ms, GBps_min_bytes=gbps(nbytes, ms), traversals=TRAVERSALS[impl], max_rel_err=err,
+                   passed=bool(err <= tol))
+        self.runs.append(run)
+        return run
+
+
+def run_softmax_family(b: Bench, dtype, cols: int, progress):
+    """softmax and log_softmax implementations at one shape."""
+    import torch
+
+    from . import native
+    from . import triton_softmax as T
+
+    rows = TOTAL // cols
+    x = (torch.randn(rows, cols, device="cuda") * 4).to(dtype)
+    x64 = x.double()
+    ref = torch.softmax(x64, -1)
+    tol = 1e-5 if dtype == torch.float32 else 1.6e-2
+    out = torch.empty_like(x)
+    res = {}  # torch ops allocate their output: time the op itself and check what it returns
+
+    def torch_softmax():
+        res["y"] = torch.softmax(x, -1)
+
+    b_out = out
+    torch_softmax()
+    err = max_rel_err_gpu(res["y"], ref)
+    ms = b.time(torch_softmax)
+    b.runs.append(dict(impl="torch.softmax", op="softmax", dtype=str(dtype).replace("torch.", ""), rows=rows,
+                       cols=cols, ms=ms, GBps_min_bytes=gbps(2 * x.numel() * x.element_size(), ms),
+                       traversals=2, max_rel_err=err, passed=bool(err <= tol)))
+    progress()
+    if cols <= T.MAX_ROW_COLS:
+        b.record("triton.softmax", "softmax", x, lambda: T.softmax(x, out=b_out), b_out, ref, tol)
+    progress()
+    b.record("triton.softmax_online", "softmax", x, lambda: T.softmax_online(x, out=b_out), b_out, ref, tol)
+    progress()
+    if dtype == torch.float32:
+        for k in native.LAB1_KERNELS:
+            items = 4
+            if k == "softmax_online_1pass":
+                items = max(4, 1 << math.ceil(math.log2(math.ceil(cols / native.BLOCK))))
+                if items > 32:
+                    continue
+            # logits here stay below 88.7, so even the naive kernel must be right
+            b.record(f"cuda.{k}", "softmax", x, lambda k=k, items=items: native.softmax(x, k, out=b_out, items=items),
+                     b_out, ref, tol)
+            progress()
+    # log_softmax
+    lref = torch.log_softmax(x64, -1)
+
+    def torch_log_softmax():
+        res["y"] = torch.log_softmax(x, -1)
+
+    torch_log_softmax()
+    lerr = float(((res["y"].double() - lref).abs().max()) / lref.abs().max().clamp_min(1))
+    ms = b.time(torch_log_softmax)
+    b.runs.append(dict(impl="torch.log_softmax", op="log_softmax", dtype=str(dtype).replace("torch.", ""), rows=rows,
+                       cols=cols, ms=ms, GBps_min_bytes=gbps(2 * x.numel() * x.element_size(), ms), traversals=2,
+                       max_rel_err=lerr, passed=bool(lerr <= tol)))
+    if cols <= T.MAX_ROW_COLS:
+        T.log_softmax(x, out=b_out)
+        torch.cuda.synchronize()
+        lerr = float(((b_out.double() - lref).abs().max()) / lref.abs().max().clamp_min(1))
+        ms = b.time(lambda: T.log_softmax(x, out=b_out))
+        b.runs.append(dict(impl="triton.log_softmax", op="log_softmax", dtype=str(dtype).replace("torch.", ""),
+                           rows=rows, cols=cols, ms=ms, GBps_min_bytes=gbps(2 * x.numel() * x.element_size(), ms),
+                           traversals=2, max_rel_err=lerr, passed=bool(lerr <= tol)))
+    progress()
+    del x, x64, ref, lref, out, res
+
+
+def run_scale_mask_family(b: Bench, dtype, cols: int, progress):
+    """softmax(x * scale + causal mask) on (batch*heads, S, S) scores."""
+    import torch
+
+    from . import native
+    from . import triton_softmax as T
+
+    rows = TOTAL // cols
+    q_len = min(cols, rows)
+    scale = 1 / math.sqrt(128)
+    x = (torch.randn(rows, cols, device="cuda") * 8).to(dtype)
+    mask = torch.triu(torch.full((q_len, cols), float("-inf"), device="cuda"), 1)
+    ref = torch.softmax(x.double().view(-1, q_len, cols) * scale + mask.double(), -1).view(rows, cols)
+    tol = 1e-5 if dtype == torch.float32 else 1.6e-2
+    out = torch.empty_like(x)
+    sdt = str(dtype).replace("torch.", "")
+
+    def eager():
+        return torch.softmax(x.view(-1, q_len, cols) * scale + mask, -1).view(rows, cols)
+
+    compiled = torch.compile(eager, dynamic=False)
+    for impl, fn in (("torch.scale_mask_softmax", eager), ("torch.compile.scale_mask_softmax", compiled)):
+        y = fn()
+        err = max_rel_err_gpu(y.to(dtype), ref)
+        ms = b.time(fn)
+        b.runs.append(dict(impl=impl, op="scale_mask_softmax", dtype=sdt, rows=rows, cols=cols, ms=ms,
+                           GBps_min_bytes=gbps(2 * x.numel() * x.element_size(), ms), traversals=TRAVERSALS[impl],
+                           max_rel_err=err, passed=bool(err <= tol)))
+        progress()
+    b.record("triton.scale_mask_softmax", "scale_mask_softmax", x,
+             lambda: T.scale_mask_softmax(x, scale, causal=True, q_len=q_len, out=out), out, ref, tol)
+    progress()
+    if dtype == torch.float32:
+        items = max(4, 1 << math.ceil(math.log2(math.ceil(cols / native.BLOCK))))
+        for fused in (False, True):
+            if fused and items > 32:
+                continue
+            name = "cuda.scale_mask_softmax_" + ("fused" if fused else "unfused")
+            b.record(name, "scale_mask_softmax", x,
+                     lambda fused=fused: native.scale_mask_softmax(x, scale, causal=True, q_len=q_len, fused=fused,
+                                                                   out=out, items=items), out, ref, tol)
+            progress()
+    del x, ref, out, mask
+
+
+def plots(result: dict, out_dir: Path):
+    """GB/s against cols with the copy ceiling; measured time ratios against the traffic model;
+    fused against unfused. PNG files beside bench.json."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs, copy = result["runs"], result["copy_GBps"]
+    title = f"{result['gpu']}, {result['date']}, torch {result['versions'].get('torch')}, triton {result['versions'].get('triton')}"
+    written = []
+    for dtype in ("float32", "bfloat16"):
+        fig, ax = plt.subplots(figsize=(10, 6))
+        impls = sorted({r["impl"] for r in runs if r["dtype"] == dtype and r["op"] == "softmax"})
+        for impl in impls:
+            pts = sorted((r["cols"], r["GBps_min_bytes"]) for r in runs
+                         if r["impl"] == impl and r["dtype"] == dtype and r["op"] == "softmax")
+            ax.plot(*zip(*pts), marker="o", label=impl)
+        ax.axhline(copy, color="k", linestyle="--", label=f"device copy ceiling {copy:.0f} GB/s")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("cols (row length, elements)")
+        ax.set_ylabel("GB/s (one read + one write of the tensor)")
+        ax.set_title(f"Row softmax, {dtype}, rows x cols = 2^28\n{title}", fontsize=10)
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(alpha=0.3)
+        f = out_dir / f"softmax_gbps_{dtype}.png"
+        fig.tight_layout()
+        fig.savefig(f, dpi=110)
+        plt.close(fig)
+        written.append(f.name)
+
+    lab1 = ["cuda.softmax_naive_unsafe", "cuda.softmax_safe_3pass", "cuda.softmax_online_2pass", "cuda.softmax_online_1pass"]
+    by = {(r["impl"], r["cols"]): r for r in runs if r["dtype"] == "float32" and r["op"] == "softmax"}
+    cols_all = sorted({c for (i, c) in by if i == lab1[0] and all((k, c) in by for k in lab1)})
+    if cols_all:
+        fig, ax = plt.subplots(figsize=(10, 5))
+        w = 0.8 / (len(lab1) + 1)
+        for j, k in enumerate(lab1):
+            ratios = [by[(k, c)]["ms"] / by[(lab1[0], c)]["ms"] for c in cols_all]
+            ax.bar(np.arange(len(cols_all)) + j * w, ratios, w, label=f"{k.split('.')[1]} measured")
+            ax.hlines(TRAVERSALS[k] / TRAVERSALS[lab1[0]], np.arange(len(cols_all)) + j * w - w / 2,
+                      np.arange(len(cols_all)) + j * w + w / 2, colors="k")
+        ax.set_xticks(np.arange(len(cols_all)) + 1.5 * w, [str(c) for c in cols_all])
+        ax.set_xlabel("cols")
+        ax.set_ylabel("time / time of naive (black ticks: traffic model)")
+        ax.set_title(f"Lab 1: measured time ratio against the traversal ratio, fp32\n{title}", fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+        f = out_dir / "lab1_time_ratio_vs_model.png"
+        fig.tight_layout()
+        fig.savefig(f, dpi=110)
+        plt.close(fig)
+        written.append(f.name)
+
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for impl in sorted({r["impl"] for r in runs if r["op"] == "scale_mask_softmax" and r["dtype"] == "float32"}):
+        pts = sorted((r["cols"], r["GBps_min_bytes"]) for r in runs
+                     if r["impl"] == impl and r["dtype"] == "float32" and r["op"] == "scale_mask_softmax")
+        ax.plot(*zip(*pts), marker="o", label=f"{impl} ({TRAVERSALS[impl]} traversals)")
+    ax.axhline(copy, color="k", linestyle="--", label=f"copy ceiling {copy:.0f} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("S (scores are (batch*heads, S, S), causal)")
+    ax.set_ylabel("GB/s (one read + one write)")
+    ax.set_title(f"scale -> causal mask -> softmax, fp32: fused against unfused\n{title}", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    f = out_dir / "fused_vs_unfused.png"
+    fig.tight_layout()
+    fig.savefig(f, dpi=110)
+    plt.close(fig)
+    written.append(f.name)
+    return written
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer shapes and shorter timings")
+    ap.add_argument("--out", type=Path, default=None, help="folder (default results/<gpu-slug>)")
+    ap.add_argument("--cols", type=int, nargs="*", default=None)
+    args = ap.parse_args(argv)
+    try:
+        import torch
+    except Exception:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        print("make bench: no GPU here, nothing to time. The committed results are in results/ "
+              "(notebook 07 plots them); run make bench on a machine with a GPU.")
+        return 1
+    from tqdm import tqdm
+
+    b = Bench(args.quick)
+    cols_list = args.cols or (QUICK_COLS if args.quick else COLS)
+    name = provenance.gpu_name()
+    out_dir = args.out or ROOT / "results" / provenance.slug(name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    copy = b.copy_ceiling()
+    print(f"{name}: device-to-device copy {copy:.0f} GB/s")
+    total_steps = sum(1 for _ in cols_list) * 2 * 10 + sum(1 for c in cols_list if c <= 16384) * 2 * 5
+    bar = tqdm(total=total_steps, desc="bench", unit="run")
+    step = lambda: bar.update(1)
+    for dtype in (torch.float32, torch.bfloat16):
+        for cols in cols_list:
+            run_softmax_family(b, dtype, cols, step)
+            if cols <= 16384:
+                run_scale_mask_family(b, dtype, cols, step)
+            torch.cuda.empty_cache()
+    bar.close()
+    result = dict(gpu=name, date=provenance.today(), versions=provenance.versions(),
+                  sources_sha256=provenance.sources_sha256(), copy_GBps=copy, total_elements=TOTAL, runs=b.runs)
+    (out_dir / "bench.json").write_text(json.dumps(result, indent=1))
+    written = plots(result, out_dir)
+    print(f"wrote {out_dir / 'bench.json'} and {', '.join(written)}")
+    summary(result)
+    failed = [r for r in b.runs if not r["passed"]]
+    for r in failed:
+        print(f"CHECK FAILED: {r['impl']} {r['dtype']} {r['rows']}x{r['cols']} max rel err {r['max_rel_err']:.3g}")
+    return 1 if failed else 0
+
+
+def summary(result: dict, file=sys.stdout):
+    """A compact table: GB/s per implementation and cols, fp32 and bf16."""
+    runs = result["runs"]
+    for dtype in ("float32", "bfloat16"):
+        for op in ("softmax", "scale_mask_softmax", "log_softmax"):
+            rs = [r for r in runs if r["dtype"] == dtype and r["op"] == op]
+            if not rs:
+                continue
+            cols = sorted({r["cols"] for r in rs})
+            impls = sorted({r["impl"] for r in rs})
+            print(f"\n{op} {dtype}: GB/s (1R+1W), copy ceiling {result['copy_GBps']:.0f}", file=file)
+            print(f"{'impl':<34}" + "".join(f"{c:>8}" for c in cols), file=file)
+            for i in impls:
+                row = {r["cols"]: r["GBps_min_bytes"] for r in rs if r["impl"] == i}
+                print(f"{i:<34}" + "".join(f"{row[c]:>8.0f}" if c in row else f"{'-':>8}" for c in cols), file=file)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

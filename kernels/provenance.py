@@ -1,0 +1,84 @@
+"""Where a number came from: GPU, date, versions, and the sha256 of the sources that produced it.
+
+A result whose recorded hashes no longer match the sources is stale (tests/test_results.py fails
+on it): re-run it on the GPU it names.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import platform
+import re
+
+from .native import ROOT
+
+# Everything whose change can change a measured number.
+SOURCE_GLOBS = ("common/*.h", "cuda/*.cu", "hip/*.cpp", "kernels/native.py", "kernels/triton_softmax.py",
+                "kernels/bench.py", "kernels/labs.py")
+
+
+def sources_sha256() -> dict:
+    files = sorted({p for g in SOURCE_GLOBS for p in ROOT.glob(g)})
+    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def stale_sources(recorded: dict) -> list:
+    """Paths whose current sha256 differs from the recorded one (or that vanished)."""
+    now = sources_sha256()
+    return [p for p, h in recorded.items() if now.get(p) != h]
+
+
+def versions() -> dict:
+    v = {"python": platform.python_version()}
+    for mod in ("numpy", "torch", "triton", "cupy"):
+        try:
+            v[mod] = __import__(mod).__version__
+        except Exception:
+            v[mod] = None
+    try:
+        import torch
+
+        v["cuda"] = torch.version.cuda
+        v["hip"] = getattr(torch.version, "hip", None)
+    except Exception:
+        v["cuda"] = None
+    return v
+
+
+def gpu_name() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name()
+    except Exception:
+        pass
+    return "no GPU"
+
+
+def slug(name: str) -> str:
+    """'NVIDIA H200' -> 'nvidia-h200'"""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def today() -> str:
+    return datetime.date.today().isoformat()
+
+
+def header(title: str) -> str:
+    """A text header naming GPU, date, versions and source hashes."""
+    lines = [f"# {title}", f"# gpu: {gpu_name()}", f"# date: {today()}",
+             "# versions: " + ", ".join(f"{k} {v}" for k, v in versions().items() if v)]
+    lines += [f"# sha256 {h}  {p}" for p, h in sources_sha256().items()]
+    return "\n".join(lines) + "\n"
+
+
+def parse_header(text: str) -> dict:
+    """The source hashes recorded in a header() block."""
+    return {m.group(2): m.group(1) for m in re.finditer(r"^# sha256 ([0-9a-f]{64})  (\S+)$", text, re.M)}
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(header(" ".join(sys.argv[1:]) or "provenance"), end="")

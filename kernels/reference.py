@@ -1,0 +1,239 @@
+"""Float64 references for every kernel in the course, the online (m, s) state, and the traffic model.
+
+Everything here runs in NumPy on the CPU in float64. Kernels are checked against these functions,
+never against each other.
+
+The course contract for a fully-masked row (every score is -inf after masking): the output row is
+all zeros, and log_softmax of such a row is all -inf. There is no mathematically correct answer for
+an empty distribution; zeros is what PyTorch's scaled-dot-product attention and FlashAttention
+return, so it is what a learner will meet in practice.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import math
+
+import numpy as np
+
+NEG_INF = -math.inf
+
+
+def _as_f64_2d(x) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim == 1:
+        a = a[None, :]
+    if a.ndim != 2:
+        raise ValueError(f"expected a 1-D row or a 2-D (rows, cols) array, got shape {a.shape}")
+    return a
+
+
+def softmax(x, axis: int = -1) -> np.ndarray:
+    """Row softmax in float64 with the max subtracted. Fully -inf rows give zeros (the contract)."""
+    a = np.asarray(x, dtype=np.float64)
+    m = np.max(a, axis=axis, keepdims=True)
+    empty = np.isneginf(m)
+    m = np.where(empty, 0.0, m)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(a - m)
+        s = np.sum(e, axis=axis, keepdims=True)
+        out = np.where(empty, 0.0, e / np.where(empty, 1.0, s))
+    return out
+
+
+def log_softmax(x, axis: int = -1) -> np.ndarray:
+    """(x - m) - log(s) in float64. Fully -inf rows give -inf everywhere."""
+    a = np.asarray(x, dtype=np.float64)
+    m = np.max(a, axis=axis, keepdims=True)
+    empty = np.isneginf(m)
+    m = np.where(empty, 0.0, m)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = np.sum(np.exp(a - m), axis=axis, keepdims=True)
+        out = np.where(empty, NEG_INF, (a - m) - np.log(np.where(empty, 1.0, s)))
+    return out
+
+
+def causal_mask(rows: int, cols: int, offset: int = 0) -> np.ndarray:
+    """Additive causal mask: 0 where col <= row + offset, -inf above that diagonal."""
+    r = np.arange(rows)[:, None]
+    c = np.arange(cols)[None, :]
+    return np.where(c <= r + offset, 0.0, NEG_INF)
+
+
+def padding_mask(valid_lengths, cols: int) -> np.ndarray:
+    """Additive padding mask: row i keeps its first valid_lengths[i] columns, -inf for the rest.
+    A valid length of 0 masks the whole row."""
+    v = np.asarray(valid_lengths)[:, None]
+    return np.where(np.arange(cols)[None, :] < v, 0.0, NEG_INF)
+
+
+def sliding_window_mask(rows: int, cols: int, window: int) -> np.ndarray:
+    """Additive causal sliding-window mask: each row sees itself and the window-1 columns before it."""
+    r = np.arange(rows)[:, None]
+    c = np.arange(cols)[None, :]
+    return np.where((c <= r) & (c > r - window), 0.0, NEG_INF)
+
+
+def scale_mask_softmax(x, scale: float = 1.0, mask=None) -> np.ndarray:
+    """softmax(x * scale + mask) with an additive mask (0 or -inf, broadcast against x)."""
+    a = np.asarray(x, dtype=np.float64) * float(scale)
+    if mask is not None:
+        a = a + np.asarray(mask, dtype=np.float64)
+    return softmax(a)
+
+
+def cross_entropy(logits, targets) -> np.ndarray:
+    """Per-row cross-entropy -log_softmax(logits)[target] in float64."""
+    ls = log_softmax(logits)
+    t = np.asarray(targets, dtype=np.int64)
+    return -ls[np.arange(ls.shape[0]), t]
+
+
+# ---------------------------------------------------------------------------------------------
+# The online (m, s) state
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OnlineState:
+    """Running max m and running sum s = sum(exp(x - m)) over the elements seen so far.
+    The empty state (-inf, 0) is the identity of combine()."""
+
+    m: float = NEG_INF
+    s: float = 0.0
+
+    @staticmethod
+    def of(x: float) -> "OnlineState":
+        x = float(x)
+        return OnlineState(x, 1.0) if x != NEG_INF else OnlineState()
+
+    @staticmethod
+    def of_block(xs) -> "OnlineState":
+        xs = np.asarray(xs, dtype=np.float64)
+        if xs.size == 0 or np.all(np.isneginf(xs)):
+            return OnlineState()
+        m = float(np.max(xs))
+        return OnlineState(m, float(np.sum(np.exp(xs - m))))
+
+
+def combine(a: OnlineState, b: OnlineState) -> OnlineState:
+    """Merge two partial states. Associative and commutative with identity (-inf, 0).
+
+    The guard is load-bearing: without it, two empty states compute exp(-inf - -inf) = exp(nan)."""
+    m = max(a.m, b.m)
+    if m == NEG_INF:  # both empty (e.g. a fully-masked row): stay empty, never form -inf - -inf
+        return OnlineState()
+    return OnlineState(m, a.s * math.exp(a.m - m) + b.s * math.exp(b.m - m))
+
+
+def combine_unguarded(a: OnlineState, b: OnlineState) -> OnlineState:
+    """The same merge without the -inf guard: shows where a fully-masked row's NaN is born."""
+    m = max(a.m, b.m)
+    with np.errstate(invalid="ignore"):
+        fa = float(np.exp(np.float64(a.m) - np.float64(m)))
+        fb = float(np.exp(np.float64(b.m) - np.float64(m)))
+    return OnlineState(m, a.s * fa + b.s * fb)
+
+
+def online_trace(row):
+    """The state after every element of row, built with one combine() per element."""
+    st, trace = OnlineState(), []
+    for x in np.asarray(row, dtype=np.float64):
+        st = combine(st, OnlineState.of(x))
+        trace.append(st)
+    return trace
+
+
+def online_softmax(row) -> np.ndarray:
+    """Softmax of one row from its final online state (the second pass of the 2-pass kernel)."""
+    row = np.asarray(row, dtype=np.float64)
+    st = online_trace(row)[-1] if row.size else OnlineState()
+    if st.m == NEG_INF:
+        return np.zeros_like(row)
+    return np.exp(row - st.m) / st.s
+
+
+# ---------------------------------------------------------------------------------------------
+# The traffic model: how many times each variant traverses the tensor (one traversal = one read
+# or one write of every element) and the HBM bytes that follow.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Traffic:
+    name: str
+    reads: int
+    writes: int
+    description: str
+
+    @property
+    def traversals(self) -> int:
+        return self.reads + self.writes
+
+    def bytes(self, rows: int, cols: int, elem_bytes: int = 4) -> int:
+        return self.traversals * rows * cols * elem_bytes
+
+
+TRAFFIC = {
+    t.name: t
+    for t in (
+        Traffic("softmax_naive_unsafe", 2, 1, "read to sum, read to normalise, write"),
+        Traffic("softmax_safe_3pass", 3, 1, "read for max, read to sum, read to normalise, write"),
+        Traffic("softmax_online_2pass", 2, 1, "read for (m, s) together, read to normalise, write"),
+        Traffic("softmax_online_1pass", 1, 1, "row cached on chip: one read, one write"),
+        Traffic("scale_mask_softmax_unfused", 4, 3,
+                "scale 1R+1W, mask 1R+1W, online 2-pass softmax 2R+1W (three launches)"),
+        Traffic("scale_mask_softmax_fused", 1, 1, "read once, scale + mask + softmax on chip, write once"),
+        Traffic("log_softmax", 1, 1, "fused: read once, write once"),
+        Traffic("log_of_softmax", 2, 2, "softmax (1R+1W) then log (1R+1W)"),
+        Traffic("copy", 1, 1, "the ceiling: read once, write once"),
+    )
+}
+
+
+def traversals(name: str) -> int:
+    return TRAFFIC[name].traversals
+
+
+def traffic_bytes(name: str, rows: int, cols: int, elem_bytes: int = 4) -> int:
+    return TRAFFIC[name].bytes(rows, cols, elem_bytes)
+
+
+def traffic_table():
+    """Rows of (variant, reads, writes, traversals, ratio to naive) for the Lab 1/2 variants."""
+    base = traversals("softmax_naive_unsafe")
+    names = ["softmax_naive_unsafe", "softmax_safe_3pass", "softmax_online_2pass",
+             "softmax_online_1pass", "scale_mask_softmax_unfused", "scale_mask_softmax_fused"]
+    return [(n, TRAFFIC[n].reads, TRAFFIC[n].writes, TRAFFIC[n].traversals,
+             TRAFFIC[n].traversals / base) for n in names]
+
+
+# ---------------------------------------------------------------------------------------------
+# Error measures shared by every check
+# ---------------------------------------------------------------------------------------------
+def max_rel_err(got, ref, floor: float = 1e-30) -> float:
+    """max |got - ref| / max(|ref|, tiny) over elements; NaN anywhere in got makes it inf."""
+    g = np.asarray(got, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    if g.shape != r.shape:
+        raise ValueError(f"shape mismatch: got {g.shape}, reference {r.shape}")
+    if g.size == 0:
+        return 0.0
+    same_inf = np.isinf(g) & np.isinf(r) & (np.sign(g) == np.sign(r))
+    if np.any(~np.isfinite(g) & ~same_inf):
+        return math.inf
+    with np.errstate(invalid="ignore"):
+        d = np.where(same_inf, 0.0, np.abs(g - r))
+        scale = np.maximum(np.abs(np.where(same_inf, 1.0, r)), np.max(np.abs(np.where(same_inf, 0, r))) * 1e-6 + floor)
+    return float(np.max(d / scale))
+
+
+def first_mismatch(got, ref, rtol: float, atol: float):
+    """(row, col, got, expected) of the first element outside tolerance, or None."""
+    g = np.atleast_2d(np.asarray(got, dtype=np.float64))
+    r = np.atleast_2d(np.asarray(ref, dtype=np.float64))
+    if g.shape != r.shape:
+        return ("shape", g.shape, r.shape)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isclose(g, r, rtol=rtol, atol=atol, equal_nan=False)
+    bad &= ~(np.isinf(g) & np.isinf(r) & (np.sign(g) == np.sign(r)))
+    idx = np.argwhere(bad)
+    if idx.size == 0:
+        return None
+    i, j = (int(v) for v in idx[0])
+    return (i, j, float(g[i, j]), float(r[i, j]))

@@ -1,0 +1,150 @@
+"""The float64 references against a direct formula, the online state, and the traffic model."""
+import math
+
+import numpy as np
+import pytest
+
+from kernels import reference as R
+
+
+def direct_softmax(row):
+    """Textbook formula in extended precision, shifted only by a constant so it cannot overflow."""
+    row = np.asarray(row, dtype=np.longdouble)
+    e = np.exp(row - row.max())
+    return np.asarray(e / e.sum(), dtype=np.float64)
+
+
+@pytest.mark.parametrize("cols", [1, 3, 31, 33, 255, 257, 1023, 1025])
+def test_softmax_matches_direct_formula(rng, cols):
+    for _ in range(20):
+        x = rng.normal(0, rng.uniform(0.1, 20), size=(4, cols))
+        got = R.softmax(x)
+        for r in range(4):
+            np.testing.assert_allclose(got[r], direct_softmax(x[r]), rtol=1e-12, atol=1e-300)
+        np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-12)
+
+
+def test_softmax_is_shift_invariant(rng):
+    x = rng.normal(size=(8, 100))
+    for c in (-1000.0, -3.0, 7.5, 500.0):
+        np.testing.assert_allclose(R.softmax(x + c), R.softmax(x), rtol=1e-12)
+
+
+def test_extreme_rows_do_not_overflow():
+    x = np.array([[1000.0, 999.0, 997.0], [100.0, 0.0, -100.0], [-1e4, -1e4, -1e4], [88.8, 88.7, 0.0]])
+    y = R.softmax(x)
+    assert np.all(np.isfinite(y))
+    np.testing.assert_allclose(y[0], direct_softmax([0.0, -1.0, -3.0]), rtol=1e-12)
+    np.testing.assert_allclose(y[2], [1 / 3] * 3, rtol=1e-12)
+    # the naive formula really does fail on row 0: that is the point of the reference
+    with np.errstate(over="ignore", invalid="ignore"):
+        naive = np.exp(x[0]) / np.exp(x[0]).sum()
+    assert np.all(np.isnan(naive))
+
+
+def test_fully_masked_row_gives_zeros_and_ninf_log():
+    x = np.array([[-np.inf] * 4, [-np.inf, 2.0, -np.inf, -np.inf]])
+    y = R.softmax(x)
+    assert np.array_equal(y[0], np.zeros(4))
+    assert np.array_equal(y[1], [0, 1, 0, 0])
+    ls = R.log_softmax(x)
+    assert np.all(np.isneginf(ls[0]))
+    assert ls[1, 1] == 0.0 and np.all(np.isneginf(ls[1, [0, 2, 3]]))
+
+
+def test_log_softmax_matches_log_of_softmax_where_that_is_finite(rng):
+    x = rng.normal(0, 5, size=(16, 77))
+    np.testing.assert_allclose(R.log_softmax(x), np.log(R.softmax(x)), rtol=1e-12, atol=1e-12)
+    # and stays exact where log(softmax) underflows to -inf
+    x = np.array([[0.0, -800.0]])
+    with np.errstate(divide="ignore"):
+        assert np.isneginf(np.log(R.softmax(x))[0, 1])
+    assert R.log_softmax(x)[0, 1] == pytest.approx(-800.0)
+
+
+def test_masks():
+    c = R.causal_mask(3, 3)
+    assert np.array_equal(np.isneginf(c), [[False, True, True], [False, False, True], [False, False, False]])
+    p = R.padding_mask([2, 0], 3)
+    assert np.array_equal(np.isneginf(p), [[False, False, True], [True, True, True]])
+    w = R.sliding_window_mask(4, 4, 2)
+    assert np.array_equal(np.isneginf(w[3]), [True, True, False, False])
+    x = np.ones((2, 3))
+    y = R.scale_mask_softmax(x, 2.0, p)
+    np.testing.assert_allclose(y[0], [0.5, 0.5, 0.0])
+    assert np.array_equal(y[1], np.zeros(3))
+
+
+def test_scale_mask_softmax_matches_masked_direct(rng):
+    x = rng.normal(0, 4, size=(33, 33))
+    m = R.causal_mask(33, 33)
+    y = R.scale_mask_softmax(x, 0.3, m)
+    for r in range(33):
+        np.testing.assert_allclose(y[r, : r + 1], direct_softmax(0.3 * x[r, : r + 1]), rtol=1e-12)
+        assert np.all(y[r, r + 1:] == 0)
+
+
+def test_cross_entropy(rng):
+    x = rng.normal(0, 3, size=(10, 7))
+    t = rng.integers(0, 7, size=10)
+    np.testing.assert_allclose(R.cross_entropy(x, t), -np.log(R.softmax(x)[np.arange(10), t]), rtol=1e-12)
+
+
+def test_online_trace_of_the_course_row():
+    row = [1.0, 2.0, -3.0, 12.0, 11.0, 4.0]
+    tr = R.online_trace(row)
+    assert [s.m for s in tr] == [1.0, 2.0, 2.0, 12.0, 12.0, 12.0]
+    for k, st in enumerate(tr):
+        seen = np.array(row[: k + 1])
+        assert st.s == pytest.approx(np.exp(seen - seen.max()).sum(), rel=1e-14)
+    np.testing.assert_allclose(R.online_softmax(row), R.softmax(np.array(row)), rtol=1e-14)
+
+
+def test_worked_merge_example():
+    st = R.combine(R.OnlineState(10.0, 1.8), R.OnlineState(12.0, 1.3))
+    assert st.m == 12.0
+    assert st.s == pytest.approx(1.8 * math.exp(-2) + 1.3)
+    assert round(st.s, 3) == 1.544  # not 1.8 + 1.3 = 3.1
+
+
+def test_combine_is_associative_commutative_with_identity(rng):
+    for _ in range(200):
+        a, b, c = (R.OnlineState.of_block(rng.normal(0, 30, size=rng.integers(1, 9))) for _ in range(3))
+        left, right = R.combine(R.combine(a, b), c), R.combine(a, R.combine(b, c))
+        assert left.m == right.m and left.s == pytest.approx(right.s, rel=1e-12)
+        ab, ba = R.combine(a, b), R.combine(b, a)
+        assert ab.m == ba.m and ab.s == pytest.approx(ba.s, rel=1e-15)
+        assert R.combine(a, R.OnlineState()) == a
+
+
+def test_combine_of_blocks_equals_whole_row(rng):
+    x = rng.normal(0, 10, size=1000)
+    st = R.OnlineState()
+    for blk in np.array_split(x, 13):
+        st = R.combine(st, R.OnlineState.of_block(blk))
+    whole = R.OnlineState.of_block(x)
+    assert st.m == whole.m and st.s == pytest.approx(whole.s, rel=1e-12)
+
+
+def test_the_guard_is_what_prevents_nan():
+    empty = R.OnlineState()
+    assert R.combine(empty, empty) == R.OnlineState()
+    bad = R.combine_unguarded(empty, empty)
+    assert math.isnan(bad.s)  # exp(-inf - -inf) = exp(nan)
+
+
+def test_traffic_model():
+    t = {name: tr for name, _, _, tr, _ in R.traffic_table()}
+    assert t == {"softmax_naive_unsafe": 3, "softmax_safe_3pass": 4, "softmax_online_2pass": 3,
+                 "softmax_online_1pass": 2, "scale_mask_softmax_unfused": 7, "scale_mask_softmax_fused": 2}
+    assert R.traffic_bytes("scale_mask_softmax_unfused", 10, 10) / R.traffic_bytes("scale_mask_softmax_fused", 10, 10) == 3.5
+    assert R.traffic_bytes("softmax_online_1pass", 3, 5, 2) == 2 * 3 * 5 * 2
+
+
+def test_error_measures():
+    ref = np.array([[0.5, 0.5]])
+    assert R.max_rel_err(ref, ref) == 0.0
+    assert R.max_rel_err([[0.5, np.nan]], ref) == math.inf
+    assert R.max_rel_err([[0.5, 0.51]], ref) == pytest.approx(0.02)
+    assert R.first_mismatch([[0.5, 0.6]], ref, 1e-6, 0) == (0, 1, 0.6, 0.5)
+    assert R.first_mismatch(ref, ref, 1e-6, 0) is None
