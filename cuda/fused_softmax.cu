@@ -67,14 +67,14 @@ scale_mask_softmax_fused(const float* __restrict__ x, float* __restrict__ y, int
     float s = 0.0f;
     if (m != A07_NEG_INF) {
 #pragma unroll
-      for (int i = 0; i < ITEMS; ++i) s += expf(v[i] - m);
+      for (int i = 0; i < ITEMS; ++i) s += fast_exp(v[i] - m);
     }
     const MS st = block_combine(MS{m, s});
     const float inv = st.m == A07_NEG_INF ? 0.0f : 1.0f / st.s;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int c = threadIdx.x + i * BLOCK;
-      if (c < cols) yr[c] = st.m == A07_NEG_INF ? 0.0f : expf(v[i] - st.m) * inv;
+      if (c < cols) yr[c] = st.m == A07_NEG_INF ? 0.0f : fast_exp(v[i] - st.m) * inv;
     }
   }
 }

@@ -30,9 +30,9 @@ softmax_naive_unsafe(const float* __restrict__ x, float* __restrict__ y, int row
     const float* xr = x + row * cols;
     float* yr = y + row * cols;
     float s = 0.0f;
-    for (int c = threadIdx.x; c < cols; c += BLOCK) s += expf(xr[c]);  // read 1
+    for (int c = threadIdx.x; c < cols; c += BLOCK) s += fast_exp(xr[c]);  // read 1
     s = block_sum(s);
-    for (int c = threadIdx.x; c < cols; c += BLOCK) yr[c] = expf(xr[c]) / s;  // read 2, write
+    for (int c = threadIdx.x; c < cols; c += BLOCK) yr[c] = fast_exp(xr[c]) / s;  // read 2, write
   }
 }
 
@@ -48,11 +48,11 @@ softmax_safe_3pass(const float* __restrict__ x, float* __restrict__ y, int rows,
     m = block_max(m);
     float s = 0.0f;
     if (m != A07_NEG_INF)
-      for (int c = threadIdx.x; c < cols; c += BLOCK) s += expf(xr[c] - m);  // read 2
+      for (int c = threadIdx.x; c < cols; c += BLOCK) s += fast_exp(xr[c] - m);  // read 2
     s = block_sum(s);
     const float inv = m == A07_NEG_INF ? 0.0f : 1.0f / s;  // fully masked row -> zeros
     for (int c = threadIdx.x; c < cols; c += BLOCK)
-      yr[c] = m == A07_NEG_INF ? 0.0f : expf(xr[c] - m) * inv;  // read 3, write
+      yr[c] = m == A07_NEG_INF ? 0.0f : fast_exp(xr[c] - m) * inv;  // read 3, write
   }
 }
 
@@ -68,7 +68,7 @@ softmax_online_2pass(const float* __restrict__ x, float* __restrict__ y, int row
     st = block_combine(st);
     const float inv = st.m == A07_NEG_INF ? 0.0f : 1.0f / st.s;
     for (int c = threadIdx.x; c < cols; c += BLOCK)
-      yr[c] = st.m == A07_NEG_INF ? 0.0f : expf(xr[c] - st.m) * inv;  // read 2, write
+      yr[c] = st.m == A07_NEG_INF ? 0.0f : fast_exp(xr[c] - st.m) * inv;  // read 2, write
   }
 }
 
@@ -92,14 +92,14 @@ softmax_online_1pass(const float* __restrict__ x, float* __restrict__ y, int row
     float s = 0.0f;
     if (m != A07_NEG_INF) {
 #pragma unroll
-      for (int i = 0; i < ITEMS; ++i) s += expf(v[i] - m);
+      for (int i = 0; i < ITEMS; ++i) s += fast_exp(v[i] - m);
     }
     const MS st = block_combine(MS{m, s});  // one reduction round for (m, s) together
     const float inv = st.m == A07_NEG_INF ? 0.0f : 1.0f / st.s;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int c = threadIdx.x + i * BLOCK;
-      if (c < cols) yr[c] = st.m == A07_NEG_INF ? 0.0f : expf(v[i] - st.m) * inv;  // the only write
+      if (c < cols) yr[c] = st.m == A07_NEG_INF ? 0.0f : fast_exp(v[i] - st.m) * inv;  // the only write
     }
   }
 }
@@ -170,11 +170,13 @@ int main(int argc, char** argv) {
   std::printf("\nGB/s counts the bytes each kernel really moves (traversals x 4 B x rows x cols).\n");
 
   size_t nan_in_row0 = 0;
-  for (float v : naive_row0) nan_in_row0 += std::isnan(v);
-  std::printf("\nRow 0 of softmax_naive_unsafe (x[%d] = 100): %zu of %d outputs are NaN\n  y[0..5] =", cols / 2,
-              nan_in_row0, cols);
-  for (int c = 0; c < std::min(cols, 6); ++c) std::printf(" %g", naive_row0[c]);
-  std::printf("\n  reference y[%d] = %.6f, y[0] = %.3g\n", cols / 2, ref[cols / 2], ref[0]);
+  float row0_sum = 0;
+  for (float v : naive_row0) nan_in_row0 += std::isnan(v), row0_sum += v;
+  std::printf("\nRow 0 of softmax_naive_unsafe (x[%d] = 100, so sum(exp(x)) = inf):\n", cols / 2);
+  std::printf("  y[%d] = %g (inf / inf), the other %d outputs are 0 (finite / inf); %zu NaN in the row\n",
+              cols / 2, naive_row0[cols / 2], cols - 1, nan_in_row0);
+  std::printf("  the row sums to %g instead of 1: anything that consumes it (P @ V) is NaN too\n", row0_sum);
+  std::printf("  reference: y[%d] = %.6f, y[0] = %.3g\n", cols / 2, ref[cols / 2], ref[0]);
 
   GPU_CHECK(gpu(Free)(dx));
   GPU_CHECK(gpu(Free)(dy));

@@ -245,8 +245,8 @@ def plots(result: dict, out_dir: Path):
         for j, k in enumerate(lab1):
             ratios = [by[(k, c)]["ms"] / by[(lab1[0], c)]["ms"] for c in cols_all]
             ax.bar(np.arange(len(cols_all)) + j * w, ratios, w, label=f"{k.split('.')[1]} measured")
-            ax.hlines(TRAVERSALS[k] / TRAVERSALS[lab1[0]], np.arange(len(cols_all)) + j * w - w / 2,
-                      np.arange(len(cols_all)) + j * w + w / 2, colors="k")
+            xs = np.arange(len(cols_all)) + j * w
+            ax.hlines([TRAVERSALS[k] / TRAVERSALS[lab1[0]]] * len(xs), xs - w / 2, xs + w / 2, colors="k")
         ax.set_xticks(np.arange(len(cols_all)) + 1.5 * w, [str(c) for c in cols_all])
         ax.set_xlabel("cols")
         ax.set_ylabel("time / time of naive (black ticks: traffic model)")

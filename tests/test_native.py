@@ -152,9 +152,11 @@ def test_naive_kernel_fails_exactly_where_it_should(rng):
     hx = rng.uniform(-4, 4, size=(5, 257)).astype(np.float32)
     got = _run("softmax_naive_unsafe", hx)
     assert R.max_rel_err(got[1:], R.softmax(hx[1:])) < 1e-5  # fine without large logits
-    hx[0, 7] = 100.0
+    hx[0, 7] = 100.0  # exp(100) = inf, so the row's sum is inf
     got = _run("softmax_naive_unsafe", hx)
-    assert np.all(np.isnan(got[0])) and np.all(np.isfinite(got[1:]))
+    assert np.isnan(got[0, 7])                      # inf / inf: where the answer should be ~1.0
+    assert np.all(got[0, np.arange(257) != 7] == 0)  # finite / inf = 0 everywhere else
+    assert np.isnan(got[0].sum()) and np.all(np.isfinite(got[1:]))  # the row no longer sums to 1
 
 
 @pytest.mark.gpu
