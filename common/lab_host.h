@@ -91,9 +91,20 @@ float median_ms(Launch launch, int reps = 20, int warmup = 3) {
   return ms[reps / 2];
 }
 
-// Grid for the row loop `for (row = blockIdx.x; row < rows; row += gridDim.x)`: at most 65535
-// blocks (the smallest grid limit of any dimension on any vendor), so any row count works.
-inline unsigned row_grid(long long rows) { return unsigned(std::min<long long>(rows, 65535)); }
+// Grid for the row loop `for (row = blockIdx.x; row < rows; row += gridDim.x)`: as many blocks
+// as the device holds at once (2048 threads per SM/CU on current parts), never more than there are
+// rows. Every block then loops over many rows, so any row count works.
+inline unsigned row_grid(long long rows) {
+  static int sms = 0;  // asked once: the device-properties query is slow
+  if (sms == 0) {
+    int dev = 0;
+    gpuDeviceProp p;
+    GPU_CHECK(gpu(GetDevice)(&dev));
+    GPU_CHECK(gpu(GetDeviceProperties)(&p, dev));
+    sms = p.multiProcessorCount;
+  }
+  return unsigned(std::min<long long>(rows, (long long)sms * (2048 / BLOCK)));
+}
 
 inline void poison(float* d, size_t n) {  // 0xFF bytes are a NaN: an unwritten output shows
   GPU_CHECK(gpu(Memset)(d, 0xFF, n * sizeof(float)));

@@ -35,11 +35,13 @@ __device__ __forceinline__ MS ms_of(float x) { return MS{x, x == A07_NEG_INF ? 0
 //
 // The guard is load-bearing. With both states empty (a fully-masked row) the rescale factor is
 // exp(-inf - -inf) = exp(nan) = nan, and 0 * nan = nan: the NaN of a masked row is born here.
+// (Written with selects rather than an early return, so warps never diverge inside a reduction.)
 __device__ __forceinline__ MS combine(MS a, MS b) {
   const float m = fmaxf(a.m, b.m);
-  if (m == A07_NEG_INF) return ms_empty();
-  const float f = fast_exp(-fabsf(a.m - b.m));  // exp(smaller max - larger max)
-  return a.m >= b.m ? MS{m, a.s + b.s * f} : MS{m, a.s * f + b.s};
+  const bool a_larger = a.m >= b.m;
+  const float f = fast_exp(-fabsf(a.m - b.m));  // exp(smaller max - larger max); NaN if both -inf
+  const float s = a_larger ? a.s + b.s * f : a.s * f + b.s;
+  return MS{m, m == A07_NEG_INF ? 0.0f : s};  // the -inf guard: never let that NaN out
 }
 
 // Shuffles for each type a reduction carries.
@@ -82,6 +84,19 @@ __device__ __forceinline__ T block_allreduce(T v, Op op, T identity) {
   v = warp_allreduce(v, op);
   __syncthreads();  // partial[] may be reused by the next reduction
   return v;
+}
+
+// Load the ITEMS elements of `row` that thread threadIdx.x owns (columns t, t + BLOCK, ...) into
+// registers; -inf past the end of the row or of the tensor. Issued one row ahead by the 1-pass
+// kernels, so that a block's next loads are in flight while it reduces the current row.
+template <int N>
+__device__ __forceinline__ void load_row(float (&v)[N], const float* __restrict__ x, long long row, int rows,
+                                         int cols) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int c = threadIdx.x + i * BLOCK;
+    v[i] = row < rows && c < cols ? x[row * cols + c] : A07_NEG_INF;
+  }
 }
 
 __device__ __forceinline__ float block_max(float v) { return block_allreduce(v, MaxOp(), A07_NEG_INF); }

@@ -50,27 +50,26 @@ scale_mask_softmax_fused(const float* __restrict__ x, float* __restrict__ y, int
                          int q_len, int causal, int window, const int* __restrict__ valid_len,
                          int use_valid_len) {
   const int* vl = use_valid_len ? valid_len : nullptr;
+  float v[ITEMS], next[ITEMS];
+  load_row(next, x, blockIdx.x, rows, cols);
   ROW_LOOP(row) {
-    const float* xr = x + row * cols;
-    float* yr = y + row * cols;
     const int q = int(row % q_len);
     const int len = vl ? vl[row] : cols;
-    float v[ITEMS];
     float m = A07_NEG_INF;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
+    for (int i = 0; i < ITEMS; ++i) {  // scale and mask in registers: free
       const int c = threadIdx.x + i * BLOCK;
-      v[i] = A07_NEG_INF;
-      if (c < cols) v[i] = is_masked(q, c, causal, window, len) ? A07_NEG_INF : xr[c] * scale;
+      v[i] = c < cols && !is_masked(q, c, causal, window, len) ? next[i] * scale : A07_NEG_INF;
       m = fmaxf(m, v[i]);
     }
+    load_row(next, x, row + gridDim.x, rows, cols);  // the next row's read, in flight meanwhile
+    const float m_safe = m == A07_NEG_INF ? 0.0f : m;
     float s = 0.0f;
-    if (m != A07_NEG_INF) {
 #pragma unroll
-      for (int i = 0; i < ITEMS; ++i) s += fast_exp(v[i] - m);
-    }
+    for (int i = 0; i < ITEMS; ++i) s += fast_exp(v[i] - m_safe);
     const MS st = block_combine(MS{m, s});
     const float inv = st.m == A07_NEG_INF ? 0.0f : 1.0f / st.s;
+    float* yr = y + row * cols;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int c = threadIdx.x + i * BLOCK;

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 INCLUDE_DIRS = (ROOT / "common", ROOT / "cuda")
 BLOCK = 256
 DEFAULT_ITEMS = 4
-MAX_GRID = 65535  # the row loop in every kernel covers any number of rows with this many blocks
+MAX_GRID = 65535  # elementwise kernels: a grid-stride loop covers any size with this many blocks
+THREADS_PER_SM = 2048  # resident threads per SM (NVIDIA) or CU (AMD CDNA) on current parts
 
 # module name -> (CUDA source, HIP source)
 MODULES = {
@@ -207,6 +208,19 @@ def _empty_like(x):
     return cupy.empty_like(x)
 
 
+_SMS: dict = {}
+
+
+def row_grid(rows: int) -> int:
+    """Blocks for the row loop: enough to fill the device once, never more than rows."""
+    import cupy
+
+    dev = cupy.cuda.Device().id
+    if dev not in _SMS:  # asked once per device: the attribute query is slow
+        _SMS[dev] = cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrMultiProcessorCount, dev)
+    return max(1, min(rows, _SMS[dev] * (THREADS_PER_SM // BLOCK)))
+
+
 def softmax(x, kernel: str = "softmax_online_1pass", out=None, items: int = DEFAULT_ITEMS):
     """Row softmax of a float32 (rows, cols) CuPy array or CUDA torch tensor with one Lab 1 kernel."""
     if kernel not in LAB1_KERNELS:
@@ -215,7 +229,7 @@ def softmax(x, kernel: str = "softmax_online_1pass", out=None, items: int = DEFA
     out = _empty_like(x) if out is None else out
     check_out(out, rows, cols)
     fn = load("softmax", items).get_function(kernel)
-    fn((min(rows, MAX_GRID),), (BLOCK,), (_to_cupy(x), _to_cupy(out), np.int32(rows), np.int32(cols)))
+    fn((row_grid(rows),), (BLOCK,), (_to_cupy(x), _to_cupy(out), np.int32(rows), np.int32(cols)))
     return out
 
 
@@ -250,7 +264,7 @@ def scale_mask_softmax(x, scale: float = 1.0, *, causal: bool = False, window: i
     check_out(out, rows, cols)
     mod = load("fused_softmax", items)
     xc, oc = _to_cupy(x), _to_cupy(out)
-    grid = (min(rows, MAX_GRID),)
+    grid = (row_grid(rows),)
     if fused:
         mod.get_function("scale_mask_softmax_fused")(
             grid, (BLOCK,), (xc, oc, np.int32(rows), np.int32(cols), np.float32(scale), q, np.int32(causal),
