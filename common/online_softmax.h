@@ -68,22 +68,25 @@ __device__ __forceinline__ T warp_allreduce(T v, Op op) {
   return v;
 }
 
-// Block all-reduce: each warp reduces, warp leaders park their results in shared memory, and
-// every warp reduces those again. Every thread returns the block's result.
+// Block all-reduce: each warp reduces its lanes, warp leaders park their results in shared
+// memory, warp 0 reduces those, and every thread reads the block's result back.
 // blockDim.x must be a multiple of warpSize and at most 32 * warpSize.
 template <class T, class Op>
 __device__ __forceinline__ T block_allreduce(T v, Op op, T identity) {
   __shared__ T partial[32];  // 1024 threads / the smallest warp (32)
+  __shared__ T result;
   const int lane = threadIdx.x % warpSize;
   const int warp = threadIdx.x / warpSize;
   const int warps = blockDim.x / warpSize;
   v = warp_allreduce(v, op);
   if (lane == 0) partial[warp] = v;
   __syncthreads();
-  v = lane < warps ? partial[lane] : identity;
-  v = warp_allreduce(v, op);
-  __syncthreads();  // partial[] may be reused by the next reduction
-  return v;
+  if (warp == 0) {  // one warp finishes; the others would only repeat its work
+    v = warp_allreduce(lane < warps ? partial[lane] : identity, op);
+    if (lane == 0) result = v;
+  }
+  __syncthreads();
+  return result;  // safe to reuse partial[] and result in the next call: see the two barriers
 }
 
 // Load the ITEMS elements of `row` that thread threadIdx.x owns (columns t, t + BLOCK, ...) into
