@@ -277,3 +277,17 @@ def scale_mask_softmax(x, scale: float = 1.0, *, causal: bool = False, window: i
                                                                 np.int32(causal), np.int32(window), vl, use_vl))
     mod.get_function("softmax_online_2pass")(grid, (BLOCK,), (t2, oc, np.int32(rows), np.int32(cols)))
     return out
+
+
+def excerpt(path, name: str) -> str:
+    """The comment block above kernel/function `name` in a course source, and its body."""
+    lines = (ROOT / path).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if re.search(rf"\b{name}\(", line)
+                 and not line.lstrip().startswith("//") and ";" not in line.split(name)[0])
+    while start > 0 and (lines[start - 1].startswith(("//", "extern", "template", "__device__"))
+                         or lines[start - 1].startswith("#pragma")):
+        start -= 1
+    end = start
+    while end < len(lines) and lines[end] != "}":
+        end += 1
+    return "\n".join(lines[start:end + 1])

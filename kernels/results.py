@@ -1,0 +1,130 @@
+"""Committed GPU measurements (results/<gpu>/): load them, label them, plot them.
+
+Every figure drawn from here names the GPU, the date and the versions the numbers came from, so
+a learner without a GPU always knows they are looking at someone else's run.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .native import ROOT
+from .provenance import stale_sources
+
+RESULTS = ROOT / "results"
+BENCH_SCHEMA = {"gpu": str, "date": str, "versions": dict, "sources_sha256": dict, "copy_GBps": float, "runs": list}
+RUN_SCHEMA = {"impl": str, "op": str, "dtype": str, "rows": int, "cols": int, "ms": float, "GBps_min_bytes": float,
+              "traversals": int, "max_rel_err": float}
+OPS = ("softmax", "scale_mask_softmax", "log_softmax")
+
+
+def available() -> list:
+    return sorted(p.parent.name for p in RESULTS.glob("*/bench.json"))
+
+
+def load_bench(gpu: str = "nvidia-h200") -> dict:
+    return json.loads((RESULTS / gpu / "bench.json").read_text())
+
+
+def schema_errors(d: dict) -> list:
+    """Everything wrong with a bench.json's structure (empty if it follows the schema)."""
+    errs = []
+    for k, t in BENCH_SCHEMA.items():
+        if not isinstance(d.get(k), t):
+            errs.append(f"{k}: expected {t.__name__}, got {type(d.get(k)).__name__}")
+    for v in ("torch", "triton", "cupy", "cuda"):
+        if v not in d.get("versions", {}):
+            errs.append(f"versions.{v} missing")
+    for i, r in enumerate(d.get("runs", [])):
+        for k, t in RUN_SCHEMA.items():
+            val = r.get(k)
+            ok = isinstance(val, t) or (t is float and isinstance(val, int) and not isinstance(val, bool))
+            if not ok:
+                errs.append(f"runs[{i}].{k}: expected {t.__name__}, got {val!r}")
+        if r.get("op") not in OPS:
+            errs.append(f"runs[{i}].op: {r.get('op')!r} not in {OPS}")
+        if not str(r.get("impl", "")).startswith(("cuda.", "hip.", "triton.", "torch.")):
+            errs.append(f"runs[{i}].impl: {r.get('impl')!r} does not name its source")
+    return errs
+
+
+def is_stale(d: dict) -> list:
+    return stale_sources(d.get("sources_sha256", {}))
+
+
+def label(d: dict) -> str:
+    v = d["versions"]
+    return (f"measured on {d['gpu']} on {d['date']} (torch {v.get('torch')}, triton {v.get('triton')}, "
+            f"CuPy {v.get('cupy')}, CUDA {v.get('cuda')})")
+
+
+def table(d: dict, op: str = "softmax", dtype: str = "float32", impls=None, value: str = "GBps_min_bytes"):
+    """{impl: {cols: value}} for one op and dtype."""
+    out = {}
+    for r in d["runs"]:
+        if r["op"] == op and r["dtype"] == dtype and (impls is None or r["impl"] in impls):
+            out.setdefault(r["impl"], {})[r["cols"]] = r[value]
+    return out
+
+
+def print_table(d: dict, op: str = "softmax", dtype: str = "float32", impls=None, value: str = "GBps_min_bytes",
+                fmt: str = "{:>8.0f}"):
+    t = table(d, op, dtype, impls, value)
+    cols = sorted({c for row in t.values() for c in row})
+    print(f"{op}, {dtype}: {value} ({label(d)})")
+    print(f"{'implementation':<34}" + "".join(f"{c:>8}" for c in cols))
+    for impl in (impls or sorted(t)):
+        if impl in t:
+            print(f"{impl:<34}" + "".join(fmt.format(t[impl][c]) if c in t[impl] else f"{'-':>8}" for c in cols))
+
+
+def plot_gbps(d: dict, op: str = "softmax", dtype: str = "float32", impls=None, ax=None):
+    """GB/s (one read + one write) against cols, with the copy ceiling measured in the same run."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(9, 5))[1]
+    for impl, row in sorted(table(d, op, dtype, impls).items()):
+        cs = sorted(row)
+        ax.plot(cs, [row[c] for c in cs], marker="o", label=impl)
+    ax.axhline(d["copy_GBps"], color="k", ls="--", label=f"copy ceiling {d['copy_GBps']:.0f} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("cols (elements per row)")
+    ax.set_ylabel("GB/s (one read + one write of the tensor)")
+    ax.set_title(f"{op}, {dtype}, rows x cols = 2^28\n{label(d)}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def lab1_ratios(d: dict):
+    """{cols: {kernel: (measured time / naive time, model traversals / naive traversals)}}"""
+    from .reference import traversals
+
+    names = ["softmax_naive_unsafe", "softmax_safe_3pass", "softmax_online_2pass", "softmax_online_1pass"]
+    ms = table(d, "softmax", "float32", [f"cuda.{n}" for n in names], "ms")
+    out = {}
+    for c in sorted(ms.get("cuda.softmax_naive_unsafe", {})):
+        base = ms["cuda.softmax_naive_unsafe"][c]
+        out[c] = {n: (ms[f"cuda.{n}"][c] / base, traversals(n) / traversals(names[0]))
+                  for n in names if c in ms.get(f"cuda.{n}", {})}
+    return out
+
+
+def effective_traversals(d: dict, impl: str, dtype: str = "float32"):
+    """{cols: traversals the measured time would correspond to at the copy ceiling}: how many
+    times the kernel *effectively* crossed HBM. Below the model's count means caches served
+    some of the passes."""
+    t = table(d, "softmax", dtype, [impl], "ms").get(impl, {})
+    rows = {r["cols"]: r["rows"] for r in d["runs"] if r["impl"] == impl and r["dtype"] == dtype}
+    esize = 4 if dtype == "float32" else 2
+    return {c: (ms * 1e-3) * d["copy_GBps"] * 1e9 / (rows[c] * c * esize) for c, ms in t.items()}
+
+
+def ratio_arrays(d: dict):
+    r = lab1_ratios(d)
+    cols = list(r)
+    names = ["softmax_naive_unsafe", "softmax_safe_3pass", "softmax_online_2pass", "softmax_online_1pass"]
+    meas = np.array([[r[c].get(n, (np.nan, np.nan))[0] for c in cols] for n in names])
+    model = np.array([r[cols[0]][n][1] if n in r[cols[0]] else np.nan for n in names]) if cols else np.array([])
+    return cols, names, meas, model

@@ -1,0 +1,44 @@
+"""Backend detection and the doctor's preflight."""
+import io
+
+from kernels import backend
+
+
+def test_detection_is_consistent():
+    b = backend.detect()
+    assert b.best in {"cuda", "hip", "triton", "triton-interpreter", "cpu"}
+    if b.gpu is None:
+        assert b.best in {"triton-interpreter", "cpu"}
+        assert not b.triton_gpu
+    if b.nvidia:
+        assert b.nvidia.arch.startswith("sm_") and b.nvidia.sm_count > 0 and b.nvidia.warp_size == 32
+
+
+def test_doctor_prints_one_line_per_check_and_a_verdict():
+    out = io.StringIO()
+    assert backend.doctor(file=out) == 0
+    text = out.getvalue()
+    lines = text.splitlines()
+    for check in ("python", "torch", "triton", "cupy", "gpu", "nvrtc", "nvcc", "hipcc"):
+        assert any(line.startswith(("[ok]", "[--]")) and f" {check} " in line + " " for line in lines), check
+    assert lines[-1].startswith("ready: ")
+    assert "Lab 3 (Triton)" in text
+
+
+def test_cpu_machine_reports_interpreter_and_compile_only():
+    b = backend.detect()
+    if b.gpu is not None:
+        return  # the statement is about machines without a GPU
+    out = io.StringIO()
+    backend.doctor(file=out)
+    text = out.getvalue()
+    assert "interpreter" in text
+    if b.nvrtc:
+        assert "compile-only" in text
+    assert backend.verdict().startswith("ready: interpreter only") or not b.triton_interpreter
+
+
+def test_labs_table_covers_every_lab():
+    names = " ".join(lab for lab, _, _ in backend.labs())
+    for lab in ("Lab 1", "Lab 2", "Lab 3", "Benchmark"):
+        assert lab in names
