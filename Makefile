@@ -40,6 +40,8 @@ help:
 	@echo "make triton              Lab 3: Triton kernels (GPU, or the CPU interpreter)"
 	@echo "make bench               the benchmark, on a GPU: writes results/<gpu>/bench.json + plots"
 	@echo "make check EX=01         check your exercise (SOLUTION=1 checks the solution)"
+	@echo "make grade DIR=subs      check every learner's folder in DIR, write DIR/grades.md"
+	@echo "make slides              every notebook as a reveal.js deck in slides/"
 	@echo "make notebooks           re-execute the notebooks on the CPU and store their outputs"
 	@echo "make clean               remove build outputs (keeps .venv)"
 
@@ -99,11 +101,19 @@ bench: venv
 	$(PY) -m kernels.bench
 
 check: venv
-	$(PY) -m kernels check $(EX)
+	SOLUTION=$(SOLUTION) $(PY) -m kernels check $(EX)
+
+grade: venv
+	$(PY) -m kernels.grade $(DIR)
 
 notebooks: venv
 	CUDA_VISIBLE_DEVICES= TRITON_INTERPRET=1 $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
 	  --ExecutePreprocessor.timeout=600 notebooks/*.ipynb
+
+slides: venv
+	@mkdir -p slides
+	$(PY) -m jupyter nbconvert --to slides --output-dir slides notebooks/*.ipynb
+	@echo "open slides/<notebook>.slides.html in a browser"
 
 clean:
 	rm -rf cuda/bin hip/bin slides .pytest_cache

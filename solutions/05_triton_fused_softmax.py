@@ -1,0 +1,39 @@
+"""Exercise 05: fused scale -> causal mask -> softmax in Triton.
+
+One program per row. Load the row (masked loads past n_cols, filled with -inf), multiply by `scale`,
+set the causal positions (col > row % q_len) to -inf when CAUSAL, then a max-subtracted softmax with
+float32 statistics, and store in the output's dtype. A row whose every score is masked must come out
+as zeros, not NaN. `make check EX=05` runs it on a GPU or, without one, in the Triton interpreter.
+"""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_mask_softmax_kernel(out_ptr, in_ptr, n_cols, stride, scale, q_len,
+                              CAUSAL: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    inside = cols < n_cols
+    ### BEGIN SOLUTION
+    x = tl.load(in_ptr + row * stride + cols, mask=inside, other=0.0).to(tl.float32) * scale
+    keep = inside
+    if CAUSAL:
+        keep = keep & (cols <= row % q_len)
+    x = tl.where(keep, x, -float("inf"))
+    m = tl.max(x, axis=0)
+    m = tl.where(m == -float("inf"), 0.0, m)
+    e = tl.exp(x - m)
+    s = tl.sum(e, axis=0)
+    y = e * tl.where(s > 0, 1.0 / s, 0.0)
+    tl.store(out_ptr + row * stride + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
+    ### END SOLUTION
+
+
+def scale_mask_softmax(x: torch.Tensor, scale: float, causal: bool = True, q_len: int | None = None):
+    rows, cols = x.shape
+    out = torch.empty_like(x)
+    scale_mask_softmax_kernel[(rows,)](out, x, cols, x.stride(0), scale, q_len or rows,
+                                       CAUSAL=causal, BLOCK=triton.next_power_of_2(cols))
+    return out
