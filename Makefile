@@ -28,7 +28,7 @@ TORCH_INDEX ?=
 
 GPU_FLAGS := -O3 -std=c++17 -Icommon -Icuda -DITEMS=$(ITEMS)
 
-.PHONY: help run test lab doctor cuda run-cuda hip run-hip triton bench check grade notebooks slides clean venv
+.PHONY: help run test lab doctor cuda run-cuda hip run-hip triton bench results check grade notebooks slides clean venv
 
 help:
 	@echo "make run                 doctor, then every lab on the best backend found"
@@ -39,6 +39,7 @@ help:
 	@echo "make hip GPU_ARCH=gfx942 build the HIP lab programs; make run-hip runs them"
 	@echo "make triton              Lab 3: Triton kernels (GPU, or the CPU interpreter)"
 	@echo "make bench               the benchmark, on a GPU: writes results/<gpu>/bench.json + plots"
+	@echo "make results             on a GPU: bench + run-cuda.txt + notebooks.txt into results/<gpu>/"
 	@echo "make check EX=01         check your exercise (SOLUTION=1 checks the solution)"
 	@echo "make grade DIR=subs      check every learner's folder in DIR, write DIR/grades.md"
 	@echo "make slides              every notebook as a reveal.js deck in slides/"
@@ -99,6 +100,9 @@ triton: venv
 
 bench: venv
 	$(PY) -m kernels.bench
+
+results: venv
+	$(PY) -m kernels.record
 
 check: venv
 	SOLUTION=$(SOLUTION) $(PY) -m kernels check $(EX)
