@@ -29,6 +29,7 @@ from .native import ROOT
 TOTAL = 2**28
 COLS = [128, 256, 512, 1000, 1024, 2048, 3000, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 QUICK_COLS = [128, 1024, 8192, 65536, 262144]
+MASK_COLS = {128, 512, 1024, 2048, 4096, 8192}  # S for (batch*heads, S, S) attention scores
 
 # implementation -> traversals in the traffic model (what it really moves)
 TRAVERSALS = {
@@ -68,8 +69,9 @@ class Bench:
         self.runs = []
 
     def time(self, fn) -> float:
-        return float(self.do_bench(fn, warmup=25 if self.quick else 50, rep=100 if self.quick else 200,
-                                   return_mode="median"))
+        """Median of CUDA-event timings after 25 ms of warm-up: at 2^28 elements one call takes
+        0.1-10 ms, so 100 ms of repetitions is 10 to 1000 samples."""
+        return float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
     def copy_ceiling(self) -> float:
         torch = self.torch
@@ -213,23 +215,14 @@ def plots(result: dict, out_dir: Path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs, copy = result["runs"], result["copy_GBps"]
-    title = f"{result['gpu']}, {result['date']}, torch {result['versions'].get('torch')}, triton {result['versions'].get('triton')}"
+    from . import results
+
+    runs = result["runs"]
+    title = results.label(result)
     written = []
     for dtype in ("float32", "bfloat16"):
         fig, ax = plt.subplots(figsize=(10, 6))
-        impls = sorted({r["impl"] for r in runs if r["dtype"] == dtype and r["op"] == "softmax"})
-        for impl in impls:
-            pts = sorted((r["cols"], r["GBps_min_bytes"]) for r in runs
-                         if r["impl"] == impl and r["dtype"] == dtype and r["op"] == "softmax")
-            ax.plot(*zip(*pts), marker="o", label=impl)
-        ax.axhline(copy, color="k", linestyle="--", label=f"device copy ceiling {copy:.0f} GB/s")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("cols (row length, elements)")
-        ax.set_ylabel("GB/s (one read + one write of the tensor)")
-        ax.set_title(f"Row softmax, {dtype}, rows x cols = 2^28\n{title}", fontsize=10)
-        ax.legend(fontsize=8, loc="lower right")
-        ax.grid(alpha=0.3)
+        results.plot_gbps(result, "softmax", dtype, ax=ax)
         f = out_dir / f"softmax_gbps_{dtype}.png"
         fig.tight_layout()
         fig.savefig(f, dpi=110)
@@ -260,17 +253,8 @@ def plots(result: dict, out_dir: Path):
         written.append(f.name)
 
     fig, ax = plt.subplots(figsize=(10, 5))
-    for impl in sorted({r["impl"] for r in runs if r["op"] == "scale_mask_softmax" and r["dtype"] == "float32"}):
-        pts = sorted((r["cols"], r["GBps_min_bytes"]) for r in runs
-                     if r["impl"] == impl and r["dtype"] == "float32" and r["op"] == "scale_mask_softmax")
-        ax.plot(*zip(*pts), marker="o", label=f"{impl} ({TRAVERSALS[impl]} traversals)")
-    ax.axhline(copy, color="k", linestyle="--", label=f"copy ceiling {copy:.0f} GB/s")
-    ax.set_xscale("log", base=2)
+    results.plot_gbps(result, "scale_mask_softmax", "float32", ax=ax)
     ax.set_xlabel("S (scores are (batch*heads, S, S), causal)")
-    ax.set_ylabel("GB/s (one read + one write)")
-    ax.set_title(f"scale -> causal mask -> softmax, fp32: fused against unfused\n{title}", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
     f = out_dir / "fused_vs_unfused.png"
     fig.tight_layout()
     fig.savefig(f, dpi=110)
@@ -302,13 +286,13 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     copy = b.copy_ceiling()
     print(f"{name}: device-to-device copy {copy:.0f} GB/s")
-    total_steps = sum(1 for _ in cols_list) * 2 * 10 + sum(1 for c in cols_list if c <= 16384) * 2 * 5
+    total_steps = len(cols_list) * 2 * 10 + sum(1 for c in cols_list if c in MASK_COLS) * 2 * 5
     bar = tqdm(total=total_steps, desc="bench", unit="run")
     step = lambda: bar.update(1)
     for dtype in (torch.float32, torch.bfloat16):
         for cols in cols_list:
             run_softmax_family(b, dtype, cols, step)
-            if cols <= 16384:
+            if cols in MASK_COLS:
                 run_scale_mask_family(b, dtype, cols, step)
             torch.cuda.empty_cache()
     bar.close()

@@ -172,26 +172,24 @@ def _rows_launch(x, **extra):
     return grid, dict(BLOCK_R=block_r, BLOCK_C=block_c, num_warps=num_warps, **extra)
 
 
-def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Row softmax, the row held on chip (cols <= 65536)."""
+def _row_op(x: torch.Tensor, out: torch.Tensor | None, log: bool) -> torch.Tensor:
     _check(x)
     out = torch.empty_like(x) if out is None else out
     _check(out, "out")
-    grid, meta = _rows_launch(x, LOG=False)
+    grid, meta = _rows_launch(x, LOG=log)
     with _quiet():
         softmax_kernel[grid](out, x, x.shape[0], x.shape[1], x.stride(0), out.stride(0), **meta)
     return out
+
+
+def softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Row softmax, the row held on chip (cols <= 65536)."""
+    return _row_op(x, out, log=False)
 
 
 def log_softmax(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """(x - m) - log(s), fused: one read, one write. Fully -inf rows give -inf."""
-    _check(x)
-    out = torch.empty_like(x) if out is None else out
-    _check(out, "out")
-    grid, meta = _rows_launch(x, LOG=True)
-    with _quiet():
-        softmax_kernel[grid](out, x, x.shape[0], x.shape[1], x.stride(0), out.stride(0), **meta)
-    return out
+    return _row_op(x, out, log=True)
 
 
 def scale_mask_softmax(x: torch.Tensor, scale: float = 1.0, mask: torch.Tensor | None = None,

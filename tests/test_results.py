@@ -54,3 +54,21 @@ def test_stale_detection(tmp_path):
     assert provenance.stale_sources(now) == []
     first = next(iter(now))
     assert provenance.stale_sources({first: "0" * 64}) == [first]
+
+
+def test_plots_render_from_committed_results(tmp_path):
+    from kernels import bench
+
+    written = bench.plots(results.load_bench("nvidia-h200"), tmp_path)
+    assert sorted(written) == ["fused_vs_unfused.png", "lab1_time_ratio_vs_model.png", "softmax_gbps_bfloat16.png",
+                               "softmax_gbps_float32.png"]
+    assert all((tmp_path / f).stat().st_size > 20_000 for f in written)
+
+
+def test_bench_refuses_politely_without_a_gpu(capsys):
+    from kernels import backend, bench
+
+    if backend.detect().gpu is not None:
+        return
+    assert bench.main([]) == 1
+    assert "no GPU here" in capsys.readouterr().out
