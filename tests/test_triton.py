@@ -117,7 +117,7 @@ def test_interpreter_runtime_bound_loops_work_with_this_numpy(rng):
 @pytest.mark.parametrize("bad, exc, words", [
     (lambda: torch.ones(2, 3, dtype=torch.float64), TypeError, "dtype"),
     (lambda: torch.ones(6), ValueError, "2-D"),
-    (lambda: torch.ones(4, 6)[:, ::2], ValueError, "contiguous"),
+    (lambda: torch.ones(4, 6, device=DEVICE)[:, ::2], ValueError, "contiguous"),  # .to() would copy it
     (lambda: torch.ones(1, T.MAX_ROW_COLS + 1), ValueError, "softmax_online"),
     (lambda: np.ones((2, 3), np.float32), TypeError, "torch.Tensor"),
 ])
