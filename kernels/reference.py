@@ -18,38 +18,30 @@ import numpy as np
 NEG_INF = -math.inf
 
 
-def _as_f64_2d(x) -> np.ndarray:
+def _shifted(x, axis: int):
+    """(z, s, empty): z = x - m with the row max m (0 for an all -inf row, so no -inf - -inf),
+    s = sum(exp(z)) along axis, and which rows are empty (every entry -inf)."""
     a = np.asarray(x, dtype=np.float64)
-    if a.ndim == 1:
-        a = a[None, :]
-    if a.ndim != 2:
-        raise ValueError(f"expected a 1-D row or a 2-D (rows, cols) array, got shape {a.shape}")
-    return a
+    m = np.max(a, axis=axis, keepdims=True)
+    empty = np.isneginf(m)
+    with np.errstate(invalid="ignore", over="ignore"):  # +inf or NaN inputs give NaN rows, quietly
+        z = a - np.where(empty, 0.0, m)
+        s = np.sum(np.exp(z), axis=axis, keepdims=True)
+    return z, np.where(empty, 1.0, s), empty
 
 
 def softmax(x, axis: int = -1) -> np.ndarray:
     """Row softmax in float64 with the max subtracted. Fully -inf rows give zeros (the contract)."""
-    a = np.asarray(x, dtype=np.float64)
-    m = np.max(a, axis=axis, keepdims=True)
-    empty = np.isneginf(m)
-    m = np.where(empty, 0.0, m)
-    with np.errstate(invalid="ignore", over="ignore"):
-        e = np.exp(a - m)
-        s = np.sum(e, axis=axis, keepdims=True)
-        out = np.where(empty, 0.0, e / np.where(empty, 1.0, s))
-    return out
+    z, s, empty = _shifted(x, axis)
+    with np.errstate(invalid="ignore"):
+        return np.where(empty, 0.0, np.exp(z) / s)
 
 
 def log_softmax(x, axis: int = -1) -> np.ndarray:
     """(x - m) - log(s) in float64. Fully -inf rows give -inf everywhere."""
-    a = np.asarray(x, dtype=np.float64)
-    m = np.max(a, axis=axis, keepdims=True)
-    empty = np.isneginf(m)
-    m = np.where(empty, 0.0, m)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        s = np.sum(np.exp(a - m), axis=axis, keepdims=True)
-        out = np.where(empty, NEG_INF, (a - m) - np.log(np.where(empty, 1.0, s)))
-    return out
+    z, s, empty = _shifted(x, axis)
+    with np.errstate(invalid="ignore"):
+        return np.where(empty, NEG_INF, z - np.log(s))
 
 
 def causal_mask(rows: int, cols: int, offset: int = 0) -> np.ndarray:
