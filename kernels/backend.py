@@ -154,7 +154,7 @@ def labs(b: Backends | None = None):
     """(lab, how it runs here, why) for every lab in the course."""
     b = b or detect()
     rows = []
-    native = "Lab 1 (four softmaxes) and Lab 2 (fusion), CuPy RawModule"
+    native = "Lab 1 + Lab 2 (CUDA/HIP via CuPy RawModule)"
     if b.nvidia:
         rows.append((native, "native (CUDA)", f"{b.nvidia.name}, {b.nvidia.arch}, {b.nvidia.sm_count} SMs"))
     elif b.amd and b.cupy_version:
@@ -218,7 +218,8 @@ def doctor(file=None) -> int:
     line(b.triton_version is not None, "triton", b.triton_version or b.reasons.get("triton", "missing"))
     line(b.cupy_version is not None, "cupy", b.cupy_version or b.reasons.get("cupy", "missing"))
     g = b.gpu
-    line(g is not None, "gpu", f"{g.vendor} {g.name}, {g.arch}, {g.sm_count} SMs, warpSize {g.warp_size}" if g
+    gname = (g.name if g.name.upper().startswith(g.vendor) else f"{g.vendor} {g.name}") if g else ""
+    line(g is not None, "gpu", f"{gname}, {g.arch}, {g.sm_count} SMs, warpSize {g.warp_size}" if g
          else "none found: " + b.reasons.get("cupy", "no CuPy device and torch sees no GPU"))
     line(b.nvrtc is not None, "nvrtc", b.nvrtc or b.reasons.get("nvrtc", "missing"))
     line(b.nvcc is not None, "nvcc", b.nvcc or "not on PATH: make cuda unavailable (install the CUDA toolkit)")
