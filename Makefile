@@ -112,7 +112,7 @@ grade: venv
 
 notebooks: venv
 	CUDA_VISIBLE_DEVICES= TRITON_INTERPRET=1 $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
-	  --ExecutePreprocessor.timeout=600 notebooks/*.ipynb
+	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False notebooks/*.ipynb
 
 slides: venv
 	@mkdir -p slides
