@@ -42,3 +42,30 @@ def test_labs_table_covers_every_lab():
     names = " ".join(lab for lab, _, _ in backend.labs())
     for lab in ("Lab 1", "Lab 2", "Lab 3", "Benchmark"):
         assert lab in names
+
+
+def test_make_run_path_runs_every_lab_it_can():
+    """python -m kernels run (= make run): doctor, Lab 1/2 (native or compile-only), Lab 3."""
+    import subprocess
+    import sys
+
+    from kernels.native import ROOT
+
+    p = subprocess.run([sys.executable, "-m", "kernels", "run"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = p.stdout
+    assert "ready: " in out and "== Lab 3 (Triton)" in out and "all kernels PASSED" in out
+    b = backend.detect()
+    if b.gpu is None and b.nvrtc:
+        assert "No GPU: compile-only." in out and "softmax_online_1pass" in out
+        assert "results/nvidia-h200/run-cuda.txt" in out and "# gpu: NVIDIA H200" in out
+        assert "No timings are taken here" in out
+
+
+def test_results_recorder_refuses_without_a_gpu(capsys):
+    from kernels import record
+
+    if backend.detect().gpu is not None:
+        return
+    assert record.main(["bench"]) == 1
+    assert "no GPU here" in capsys.readouterr().out
