@@ -18,9 +18,8 @@ __version__ = "0.1.0"
 def use_interpreter(force: bool = False) -> bool:
     """Select the Triton interpreter when there is no GPU (or when forced).
 
-    Must run before the first `import triton`; returns True if the interpreter is on."""
-    import sys
-
+    Call it before the course's Triton kernels are imported (kernels.triton_softmax): triton reads
+    TRITON_INTERPRET when a kernel is defined. Returns True if the interpreter is on."""
     if force:
         _os.environ["TRITON_INTERPRET"] = "1"
     elif "TRITON_INTERPRET" not in _os.environ:
@@ -32,8 +31,4 @@ def use_interpreter(force: bool = False) -> bool:
             gpu = False
         if not gpu:
             _os.environ["TRITON_INTERPRET"] = "1"
-    if "triton" in sys.modules and _os.environ.get("TRITON_INTERPRET") == "1":
-        # triton reads the variable at kernel-definition time; kernels defined before this call
-        # would compile for a GPU. Fail loudly instead of half-working.
-        import triton  # noqa: F401
     return _os.environ.get("TRITON_INTERPRET") == "1"
