@@ -148,3 +148,20 @@ def test_error_measures():
     assert R.max_rel_err([[0.5, 0.51]], ref) == pytest.approx(0.02)
     assert R.first_mismatch([[0.5, 0.6]], ref, 1e-6, 0) == (0, 1, 0.6, 0.5)
     assert R.first_mismatch(ref, ref, 1e-6, 0) is None
+
+
+def test_butterfly_simulation_gives_every_lane_the_result(rng):
+    from kernels.plots import butterfly
+
+    lanes = [R.OnlineState.of_block(b) for b in np.array_split(rng.normal(0, 5, size=64), 8)]
+    steps = butterfly(lanes, R.combine)
+    assert [k for k, _ in steps] == [0, 4, 2, 1]
+    whole = R.OnlineState.of_block(np.concatenate([rng.normal(size=0)] + [np.array([])]))  # empty: identity
+    assert whole == R.OnlineState()
+    final = steps[-1][1]
+    ref = lanes[0]
+    for st in lanes[1:]:
+        ref = R.combine(ref, st)
+    assert all(st.m == ref.m and st.s == pytest.approx(ref.s, rel=1e-12) for st in final)
+    with pytest.raises(ValueError):
+        butterfly(lanes[:6], R.combine)
