@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import importlib
 import os
 import shutil
-import subprocess
 
 
 @dataclass

@@ -147,8 +147,7 @@ def check_cuda(number: str, path: Path):
         return
     import cupy
 
-    opts = tuple(["-std=c++17", f"-DBLOCK={BLOCK}"] + [f"-I{d}" for d in INCLUDE_DIRS])
-    mod = cupy.RawModule(code=path.read_text(), options=opts)
+    mod = cupy.RawModule(code=path.read_text(), options=tuple(native._options(native.DEFAULT_ITEMS)))
     rng = np.random.default_rng()
     from . import reference as R
 
