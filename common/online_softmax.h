@@ -82,7 +82,10 @@ __device__ __forceinline__ T block_allreduce(T v, Op op, T identity) {
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   if (warp == 0) {  // one warp finishes; the others would only repeat its work
-    v = warp_allreduce(lane < warps ? partial[lane] : identity, op);
+    // log2(warps) butterfly steps are enough (3 for 8 warps, not 5): the lanes past `warps`
+    // hold the identity and are never read by lane 0's chain.
+    v = lane < warps ? partial[lane] : identity;
+    for (int offset = 1; offset < warps; offset *= 2) v = op(v, shfl_xor(v, offset));
     if (lane == 0) result = v;
   }
   __syncthreads();
@@ -105,3 +108,28 @@ __device__ __forceinline__ void load_row(float (&v)[N], const float* __restrict_
 __device__ __forceinline__ float block_max(float v) { return block_allreduce(v, MaxOp(), A07_NEG_INF); }
 __device__ __forceinline__ float block_sum(float v) { return block_allreduce(v, SumOp(), 0.0f); }
 __device__ __forceinline__ MS block_combine(MS v) { return block_allreduce(v, CombineOp(), ms_empty()); }
+
+// The thread's share of a row held in registers (kernel 4 and the fused kernel): turn v[] into
+// exp(v - m) for the thread's own max m and return (m, sum). A thread with no elements (m = -inf)
+// gets zeros and (-inf, 0).
+template <int N>
+__device__ __forceinline__ MS thread_exp(float (&v)[N], float m) {
+  const float m_safe = m == A07_NEG_INF ? 0.0f : m;
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) s += (v[i] = fast_exp(v[i] - m_safe));
+  return MS{m, s};
+}
+
+// Write the row from e = exp(v - m) (thread_exp's output): y = e * exp(m - M) / S, for the row's
+// (M, S). A fully -inf row (M = -inf) is written as zeros.
+template <int N>
+__device__ __forceinline__ void store_row(float* __restrict__ yr, const float (&e)[N], float m, MS row, int cols) {
+  const float f = row.m == A07_NEG_INF || m == A07_NEG_INF ? 0.0f : fast_exp(m - row.m) / row.s;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int c = threadIdx.x + i * BLOCK;
+    if (c < cols) yr[c] = e[i] * f;
+  }
+}
+

@@ -11,6 +11,7 @@
 
 #if defined(__HIPCC__) || defined(__HIPCC_RTC__) || defined(__HIP_PLATFORM_AMD__)
 #define A07_VENDOR "HIP"
+#define A07_HIP_BUILD 1
 #if !defined(__HIPCC_RTC__)
 #include <hip/hip_runtime.h>
 #define A07_HOST 1
@@ -29,6 +30,72 @@ typedef cudaDeviceProp gpuDeviceProp;
 // All 32 lanes of the warp take part; the kernels call it only from converged code.
 #define SHFL_XOR(value, lane_mask) __shfl_xor_sync(0xffffffffu, (value), (lane_mask))
 #define gpu(name) cuda##name
+#endif
+
+// 16-bit floats travel as raw bits (unsigned short) so that no vendor header is needed; the
+// conversions are the vendor part. bf16 -> float is a shift and needs nothing special.
+#if defined(A07_HIP_BUILD)
+__device__ __forceinline__ float half_bits_to_float(unsigned short h) {
+  return static_cast<float>(__builtin_bit_cast(_Float16, h));
+}
+// Two floats -> two 16-bit values in one 32-bit word, round to nearest even; lo in the low half.
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
+  return unsigned(__builtin_bit_cast(unsigned short, static_cast<_Float16>(lo))) |
+         unsigned(__builtin_bit_cast(unsigned short, static_cast<_Float16>(hi))) << 16;
+}
+__device__ __forceinline__ unsigned bf16_bits_rne(float f) {  // round to nearest even, NaN stays NaN
+  const unsigned u = __float_as_uint(f);
+  return (u & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+__device__ __forceinline__ unsigned pack_bf162(float lo, float hi) { return bf16_bits_rne(lo) | bf16_bits_rne(hi) << 16; }
+// 2^x, approximately (one hardware instruction where the compiler can use one).
+__device__ __forceinline__ float fast_exp2(float x) { return exp2f(x); }
+#define A07_HAS_CLUSTERS 0
+#else
+// 2^x on the special-function unit (MUFU.EX2). Not .ftz: tiny probabilities stay subnormal
+// instead of becoming 0, as in torch.softmax.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float half_bits_to_float(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+// One PTX instruction converts and packs two values (the first source lands in the high half).
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ unsigned pack_bf162(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// Thread-block clusters and distributed shared memory: NVIDIA sm_90 and later only. Kernels that
+// use them are compiled only where this is 1 (the Python launcher also checks the device).
+#define A07_HAS_CLUSTERS 1
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Split cluster barrier: arrive (release our shared-memory writes) ... wait (acquire the others').
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// Read two floats from the shared memory of block `rank` of this cluster, at the address where
+// `local` sits in ours (every block of a kernel has the same shared-memory layout).
+__device__ __forceinline__ float2 cluster_load_float2(const void* local, unsigned rank) {
+  unsigned remote;
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+  return v;
+}
 #endif
 
 // -inf without <math.h> (NVRTC and hiprtc have none): the IEEE-754 bit pattern.

@@ -79,6 +79,8 @@ softmax_online_2pass(const float* __restrict__ x, float* __restrict__ y, int row
 //    While the block reduces one row, the loads of its next row are already in flight (next[]):
 //    without that, HBM idles during every reduction and the kernel reaches about half of the
 //    copy bandwidth on the H200 at cols = 1024.
+//    One exp per element: each thread keeps e = exp(x - m_t) relative to its own max m_t, and
+//    at the end multiplies by exp(m_t - M) / S, since exp(x - M) = exp(x - m_t) * exp(m_t - M).
 //    Needs cols <= BLOCK * ITEMS; the launchers refuse larger rows (raise ITEMS: -DITEMS=8).
 extern "C" __global__ void __launch_bounds__(BLOCK)
 softmax_online_1pass(const float* __restrict__ x, float* __restrict__ y, int rows, int cols) {
@@ -92,18 +94,8 @@ softmax_online_1pass(const float* __restrict__ x, float* __restrict__ y, int row
       m = fmaxf(m, v[i]);
     }
     load_row(next, x, row + gridDim.x, rows, cols);  // the only read (of the next row)
-    const float m_safe = m == A07_NEG_INF ? 0.0f : m;  // a thread with no elements: s = 0
-    float s = 0.0f;
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) s += fast_exp(v[i] - m_safe);
-    const MS st = block_combine(MS{m, s});  // one reduction round for (m, s) together
-    const float inv = st.m == A07_NEG_INF ? 0.0f : 1.0f / st.s;
-    float* yr = y + row * cols;
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int c = threadIdx.x + i * BLOCK;
-      if (c < cols) yr[c] = st.m == A07_NEG_INF ? 0.0f : fast_exp(v[i] - st.m) * inv;  // the only write
-    }
+    const MS st = block_combine(thread_exp(v, m));     // one reduction round for (m, s) together
+    store_row(y + row * cols, v, m, st, cols);          // the only write
   }
 }
 

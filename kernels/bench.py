@@ -34,7 +34,7 @@ MASK_COLS = {128, 512, 1024, 2048, 4096, 8192}  # S for (batch*heads, S, S) atte
 # implementation -> traversals in the traffic model (what it really moves)
 TRAVERSALS = {
     "cuda.softmax_naive_unsafe": 3, "cuda.softmax_safe_3pass": 4, "cuda.softmax_online_2pass": 3,
-    "cuda.softmax_online_1pass": 2, "cuda.scale_mask_softmax_unfused": 7, "cuda.scale_mask_softmax_fused": 2,
+    "cuda.softmax_online_1pass": 2, "cuda.softmax_fast": 2, "cuda.scale_mask_softmax_unfused": 7, "cuda.scale_mask_softmax_fused": 2,
     "triton.softmax": 2, "triton.softmax_online": 3, "triton.log_softmax": 2, "triton.scale_mask_softmax": 2,
     "torch.softmax": 2, "torch.log_softmax": 2, "torch.scale_mask_softmax": 6, "torch.compile.scale_mask_softmax": 2,
 }
@@ -100,7 +100,7 @@ def run_softmax_family(b: Bench, dtype, cols: int, progress):
     """softmax and log_softmax implementations at one shape."""
     import torch
 
-    from . import native
+    from . import fast, native
     from . import triton_softmax as T
 
     rows = TOTAL // cols
@@ -126,6 +126,8 @@ def run_softmax_family(b: Bench, dtype, cols: int, progress):
         b.record("triton.softmax", "softmax", x, lambda: T.softmax(x, out=b_out), b_out, ref, tol)
     progress()
     b.record("triton.softmax_online", "softmax", x, lambda: T.softmax_online(x, out=b_out), b_out, ref, tol)
+    progress()
+    b.record("cuda.softmax_fast", "softmax", x, lambda: fast.softmax(x, out=b_out), b_out, ref, tol)
     progress()
     if dtype == torch.float32:
         for k in native.LAB1_KERNELS:
@@ -255,6 +257,13 @@ def plots(result: dict, out_dir: Path):
         plt.close(fig)
         written.append(f.name)
 
+    if any(r["impl"] == "cuda.softmax_fast" for r in runs):
+        fig = results.plot_fast(result)
+        f = out_dir / "fast_softmax.png"
+        fig.savefig(f, dpi=110)
+        plt.close(fig)
+        written.append(f.name)
+
     fig, ax = plt.subplots(figsize=(10, 5))
     results.plot_gbps(result, "scale_mask_softmax", "float32", ax=ax)
     ax.set_xlabel("S (scores are (batch*heads, S, S), causal)")
@@ -289,7 +298,7 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     copy = b.copy_ceiling()
     print(f"{name}: device-to-device copy {copy:.0f} GB/s")
-    total_steps = len(cols_list) * 2 * 10 + sum(1 for c in cols_list if c in MASK_COLS) * 2 * 5
+    total_steps = len(cols_list) * 2 * 11 + sum(1 for c in cols_list if c in MASK_COLS) * 2 * 5
     bar = tqdm(total=total_steps, desc="bench", unit="run")
     step = lambda: bar.update(1)
     for dtype in (torch.float32, torch.bfloat16):

@@ -21,6 +21,7 @@ BLOCK = 256
 DEFAULT_ITEMS = 4
 MAX_GRID = 65535  # elementwise kernels: a grid-stride loop covers any size with this many blocks
 THREADS_PER_SM = 2048  # resident threads per SM (NVIDIA) or CU (AMD CDNA) on current parts
+ROW_GRID_WAVES = 8     # row-loop grids hold 8 device-fulls of blocks (as lab_host.h; see NOTES.md)
 
 # module name -> (CUDA source, HIP source)
 MODULES = {
@@ -162,9 +163,12 @@ def parse_ptxas(log: str):
     return reports
 
 
-def nvrtc_compile(path, arch: str = "sm_90", items: int = DEFAULT_ITEMS, defines=()) -> CompileResult:
+def nvrtc_compile(path, arch: str = "sm_90", items: int = DEFAULT_ITEMS, defines=(),
+                  name_expressions=()) -> CompileResult:
     """Compile a CUDA source to a cubin with NVRTC (no GPU needed); return the log and per-kernel
-    register use. Raises RuntimeError if NVRTC itself is unavailable."""
+    register use. `name_expressions` instantiates templates ("softmax_fast_block<float, 2, 128,
+    true>"); the report then names them by their mangled names. Raises RuntimeError if NVRTC
+    itself is unavailable."""
     try:
         from cuda.bindings import nvrtc
     except Exception as e:  # pragma: no cover - depends on the machine
@@ -172,6 +176,8 @@ def nvrtc_compile(path, arch: str = "sm_90", items: int = DEFAULT_ITEMS, defines
     path = Path(path)
     src = path.read_bytes()
     err, prog = nvrtc.nvrtcCreateProgram(src, path.name.encode(), 0, [], [])
+    for expr in name_expressions:
+        nvrtc.nvrtcAddNameExpression(prog, expr.encode())
     opts = [o.encode() for o in _options(items, defines) + [f"--gpu-architecture={arch}", "-Xptxas=-v"]]
     (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     _, n = nvrtc.nvrtcGetProgramLogSize(prog)
@@ -212,13 +218,13 @@ _SMS: dict = {}
 
 
 def row_grid(rows: int) -> int:
-    """Blocks for the row loop: enough to fill the device once, never more than rows."""
+    """Blocks for the row loop: ROW_GRID_WAVES device-fulls, never more than rows."""
     import cupy
 
     dev = cupy.cuda.Device().id
     if dev not in _SMS:  # asked once per device: the attribute query is slow
         _SMS[dev] = cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrMultiProcessorCount, dev)
-    return max(1, min(rows, _SMS[dev] * (THREADS_PER_SM // BLOCK)))
+    return max(1, min(rows, _SMS[dev] * (THREADS_PER_SM // BLOCK) * ROW_GRID_WAVES))
 
 
 def softmax(x, kernel: str = "softmax_online_1pass", out=None, items: int = DEFAULT_ITEMS):
@@ -280,14 +286,15 @@ def scale_mask_softmax(x, scale: float = 1.0, *, causal: bool = False, window: i
 
 
 def excerpt(path, name: str) -> str:
-    """The comment block above kernel/function `name` in a course source, and its body."""
+    """The comment block above kernel/function/struct `name` in a course source, and its body."""
     lines = (ROOT / path).read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if re.search(rf"\b{name}\(", line)
-                 and not line.lstrip().startswith("//") and ";" not in line.split(name)[0])
-    while start > 0 and (lines[start - 1].startswith(("//", "extern", "template", "__device__"))
-                         or lines[start - 1].startswith("#pragma")):
+    is_struct = re.compile(rf"^(struct|class) {name}\b")
+    start = next(i for i, line in enumerate(lines) if is_struct.search(line) or (
+        re.search(rf"\b{name}\(", line) and not line.lstrip().startswith("//") and ";" not in line.split(name)[0]))
+    closing = "};" if is_struct.search(lines[start]) else "}"
+    while start > 0 and lines[start - 1].startswith(("//", "extern", "template", "__device__", "__global__", "#pragma")):
         start -= 1
     end = start
-    while end < len(lines) and lines[end] != "}":
+    while end < len(lines) and lines[end] != closing:
         end += 1
     return "\n".join(lines[start:end + 1])

@@ -13,8 +13,8 @@ import re
 from .native import ROOT
 
 # Everything whose change can change a measured number.
-SOURCE_GLOBS = ("common/*.h", "cuda/*.cu", "hip/*.cpp", "kernels/native.py", "kernels/triton_softmax.py",
-                "kernels/bench.py", "kernels/labs.py")
+SOURCE_GLOBS = ("common/*.h", "cuda/*.cu", "hip/*.cpp", "kernels/native.py", "kernels/fast.py",
+                "kernels/triton_softmax.py", "kernels/bench.py", "kernels/labs.py")
 
 
 def sources_sha256() -> dict:

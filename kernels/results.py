@@ -97,6 +97,43 @@ def plot_gbps(d: dict, op: str = "softmax", dtype: str = "float32", impls=None, 
     return ax
 
 
+FAST_PEERS = ("cuda.softmax_fast", "torch.softmax", "triton.softmax")
+
+
+def fast_scorecard(d: dict, dtype: str):
+    """{cols: (fast GB/s, % of copy, best peer name, best peer GB/s)} for the fast softmax."""
+    t = table(d, "softmax", dtype, FAST_PEERS)
+    out = {}
+    for c, g in sorted(t.get("cuda.softmax_fast", {}).items()):
+        peers = {i: t[i][c] for i in FAST_PEERS[1:] if c in t.get(i, {})}
+        best = max(peers, key=peers.get) if peers else None
+        out[c] = (g, 100 * g / d["copy_GBps"], best, peers.get(best, float("nan")))
+    return out
+
+
+def plot_fast(d: dict):
+    """The fast softmax against torch.softmax and the course's Triton row kernel, fp32 and bf16,
+    with the copy ceiling and its 95 % line. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    for ax, dtype in zip(axes, ("float32", "bfloat16")):
+        for impl, row in table(d, "softmax", dtype, FAST_PEERS).items():
+            cs = sorted(row)
+            ax.plot(cs, [row[c] for c in cs], marker="o", label=impl, lw=2.5 if impl == FAST_PEERS[0] else 1.2)
+        ax.axhline(d["copy_GBps"], color="k", ls="--", label=f"copy {d['copy_GBps']:.0f} GB/s")
+        ax.axhline(0.95 * d["copy_GBps"], color="k", ls=":", label="95 % of copy")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("cols (elements per row), rows x cols = 2^28")
+        ax.set_title(dtype)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower left")
+    axes[0].set_ylabel("GB/s (one read + one write)")
+    fig.suptitle(f"fast softmax against its peers\n{label(d)}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def lab1_ratios(d: dict):
     """{cols: {kernel: (measured time / naive time, model traversals / naive traversals)}}"""
     from .reference import traversals

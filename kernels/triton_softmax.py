@@ -16,7 +16,6 @@ beside torch.softmax measured in the same run.
 """
 from __future__ import annotations
 
-import math
 import os
 
 import torch

@@ -1,0 +1,260 @@
+// softmax_fast.cu -- the course's answer to "so what should I actually use?": one row softmax that
+// streams near the copy bandwidth from 128 to 262144 columns, in fp32, fp16 and bf16.
+//
+// The labs teach the algorithm with one 256-thread block per row. Where that mapping is wrong:
+//   - a short row (128 fp32 = 512 B) leaves most of a 256-thread block idle, and pays two barriers
+//     for a few hundred bytes;
+//   - a long row (262144 fp32 = 1 MiB) does not fit in one block's registers, so the lab falls back
+//     to two reads.
+// So the row length picks the mapping (kernels/fast.py holds the table, measured on the H200):
+//
+//   kernel                 one row is owned by           row lives in          (m, s) reduction
+//   softmax_fast_warp      GROUP lanes of a warp         registers             xor shuffles in the group
+//   softmax_fast_block     one block                     registers             shuffles + shared memory
+//   softmax_fast_cluster   a cluster of CLUSTER blocks   registers of CLUSTER  + distributed shared
+//                          (sm_90)                       SMs                     memory across the blocks
+//   softmax_fast_2pass     one block                     nowhere: read twice   shuffles + shared memory
+//
+// Common to all: 16-byte vector loads and stores (4 fp32 or 8 fp16/bf16), an element-by-element path
+// for rows whose length or address is not a multiple of 16 bytes, statistics in fp32, (m, s) merged
+// in one reduction round with combine() at every level, one exp per element, and a fully -inf row
+// written as zeros. Probabilities below FLT_MIN (1.2e-38) lose precision or come out as zero (the
+// hardware exp2 is not exact for subnormal results). The 16-bit types travel as raw bits (f16_t, bf16_t): no vendor fp16 header.
+//
+// Every kernel is a template; kernels/fast.py instantiates the ones a shape needs through CuPy
+// RawModule name expressions, e.g. "softmax_fast_warp<bf16_t, 2, 8, 1, true>".
+#include "online_softmax.h"
+
+#define LOG2E 1.4426950408889634f
+
+struct f16_t { unsigned short bits; };
+struct bf16_t { unsigned short bits; };
+
+// Elements of T in one 16-byte vector, and how to unpack / pack one.
+template <class T> struct Vec;
+template <> struct Vec<float> {
+  static constexpr int N = 4;
+  __device__ static void unpack(uint4 u, float* f) {
+    f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
+  }
+  __device__ static uint4 pack(const float* f) {
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
+  }
+  __device__ static float scalar(float x) { return x; }
+  __device__ static float from_float(float f) { return f; }
+};
+// Eight 16-bit values, two per 32-bit word; Bits says how one word converts.
+template <class T, class Bits>
+struct Vec16 {
+  static constexpr int N = 8;
+  __device__ static void unpack(uint4 u, float* f) {
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[2 * i] = Bits::lo(w[i]), f[2 * i + 1] = Bits::hi(w[i]);
+  }
+  __device__ static uint4 pack(const float* f) {
+    return make_uint4(Bits::pack2(f[0], f[1]), Bits::pack2(f[2], f[3]), Bits::pack2(f[4], f[5]),
+                      Bits::pack2(f[6], f[7]));
+  }
+  __device__ static float scalar(T x) { return Bits::lo(x.bits); }
+  __device__ static T from_float(float f) { return T{static_cast<unsigned short>(Bits::pack2(f, 0.0f) & 0xffffu)}; }
+};
+struct BF16Bits {  // bf16 is the top half of a float: widening is a shift
+  __device__ static float lo(unsigned w) { return __uint_as_float(w << 16); }
+  __device__ static float hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+  __device__ static unsigned pack2(float a, float b) { return pack_bf162(a, b); }
+};
+struct F16Bits {
+  __device__ static float lo(unsigned w) { return half_bits_to_float(static_cast<unsigned short>(w)); }
+  __device__ static float hi(unsigned w) { return half_bits_to_float(static_cast<unsigned short>(w >> 16)); }
+  __device__ static unsigned pack2(float a, float b) { return pack_half2(a, b); }
+};
+template <> struct Vec<bf16_t> : Vec16<bf16_t, BF16Bits> {};
+template <> struct Vec<f16_t> : Vec16<f16_t, F16Bits> {};
+
+// The part of a row that one thread owns, held in registers as floats: VECS vectors; vector j of
+// thread t (of the G threads sharing the row) starts at element (j * G + t) * Vec<T>::N, so
+// neighbouring threads touch neighbouring 16-byte chunks (coalesced).
+template <class T, int VECS, bool ALIGNED>
+struct RowPart {
+  static constexpr int N = Vec<T>::N;
+  float v[VECS * N];
+
+  // ALIGNED: cols is a multiple of N and both pointers are 16-byte aligned (checked on the host);
+  // otherwise every element is loaded on its own. A template parameter, not a runtime flag: the
+  // scalar path costs registers even when it never runs. Missing elements are -inf.
+  __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G) {
+#pragma unroll
+    for (int j = 0; j < VECS; ++j) {
+      const int c0 = (j * G + t) * N;
+      if (ALIGNED) {
+        if (c0 < cols) {
+          Vec<T>::unpack(*reinterpret_cast<const uint4*>(xr + c0), v + j * N);
+        } else {
+#pragma unroll
+          for (int e = 0; e < N; ++e) v[j * N + e] = A07_NEG_INF;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) v[j * N + e] = c0 + e < cols ? Vec<T>::scalar(xr[c0 + e]) : A07_NEG_INF;
+      }
+    }
+  }
+
+  // This thread's (m, s); afterwards v holds exp(x - m_thread): one exp per element, ever.
+  __device__ __forceinline__ MS stats() {
+    float m = A07_NEG_INF;
+#pragma unroll
+    for (int i = 0; i < VECS * N; ++i) m = fmaxf(m, v[i]);
+    // exp(x - m) = 2^(x * log2(e) - m * log2(e)): one FFMA and one EX2 per element
+    const float m_scaled = m == A07_NEG_INF ? 0.0f : m * LOG2E;  // no elements: every exp below is 0
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VECS * N; ++i) s += (v[i] = fast_exp2(fmaf(v[i], LOG2E, -m_scaled)));
+    return MS{m, s};
+  }
+
+  // y = exp(x - M) / S = exp(x - m_thread) * exp(m_thread - M) / S. A row whose max is -inf
+  // (fully masked) is written as zeros.
+  __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float m_thread, MS row) {
+    const float f = row.m == A07_NEG_INF || m_thread == A07_NEG_INF ? 0.0f : fast_exp(m_thread - row.m) / row.s;
+#pragma unroll
+    for (int i = 0; i < VECS * N; ++i) v[i] *= f;
+#pragma unroll
+    for (int j = 0; j < VECS; ++j) {
+      const int c0 = (j * G + t) * N;
+      if (ALIGNED) {
+        if (c0 < cols) *reinterpret_cast<uint4*>(yr + c0) = Vec<T>::pack(v + j * N);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          if (c0 + e < cols) yr[c0 + e] = Vec<T>::from_float(v[j * N + e]);
+      }
+    }
+  }
+};
+
+// Butterfly over the GROUP lanes that share a row (xor offsets below GROUP stay inside it).
+template <int GROUP>
+__device__ __forceinline__ MS group_combine(MS st) {
+#pragma unroll
+  for (int offset = GROUP / 2; offset > 0; offset /= 2) st = combine(st, shfl_xor(st, offset));
+  return st;
+}
+
+// Short rows: GROUP lanes (a power of two, at most 32) per row, ROWS rows per thread, so each
+// thread has ROWS * VECS 16-byte loads in flight before its first reduction. No barrier at all.
+template <class T, int VECS, int GROUP, int ROWS, bool ALIGNED>
+__global__ void __launch_bounds__(128)
+softmax_fast_warp(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
+  const int groups_per_block = blockDim.x / GROUP;
+  const int t = threadIdx.x % GROUP;
+  const long long first = (long long)blockIdx.x * groups_per_block * ROWS + threadIdx.x / GROUP;
+  RowPart<T, VECS, ALIGNED> part[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const long long row = first + (long long)r * groups_per_block;
+    if (row < rows) part[r].load(x + row * cols, cols, t, GROUP);
+    else part[r].load(x, 0, t, GROUP);  // no elements: all -inf, no memory touched
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const long long row = first + (long long)r * groups_per_block;
+    const MS mine = part[r].stats();
+    const MS total = group_combine<GROUP>(mine);  // every lane of the warp takes part
+    if (row < rows) part[r].store(y + row * cols, cols, t, GROUP, mine.m, total);
+  }
+}
+
+// Medium rows: one block per row; blockDim.x * VECS vectors cover the row. MAX_THREADS (the
+// launch bound, >= blockDim.x) tells the compiler how many registers a thread may use: 64 at 1024
+// threads, 128 at 512, so a thread can hold 64 floats of its row only in smaller blocks.
+template <class T, int VECS, int MAX_THREADS, bool ALIGNED>
+__global__ void __launch_bounds__(MAX_THREADS)
+softmax_fast_block(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
+  const long long row = blockIdx.x;
+  RowPart<T, VECS, ALIGNED> part;
+  part.load(x + row * cols, cols, threadIdx.x, blockDim.x);
+  const MS mine = part.stats();
+  const MS total = block_combine(mine);
+  part.store(y + row * cols, cols, threadIdx.x, blockDim.x, mine.m, total);
+}
+
+#if A07_HAS_CLUSTERS
+// Long rows: a cluster of CLUSTER blocks (on CLUSTER SMs) holds one row in their registers. Each
+// block reduces its share to one (m, s); the blocks then read each other's (m, s) straight from
+// shared memory (distributed shared memory, sm_90) and merge them with the same combine(). The row
+// is read once and written once however long it is, up to CLUSTER * 1024 threads * VECS vectors.
+template <class T, int VECS, int CLUSTER, int MAX_THREADS, bool ALIGNED>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(MAX_THREADS)
+softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
+  __shared__ MS block_total;
+  const long long row = blockIdx.x / CLUSTER;
+  const unsigned rank = cluster_rank();
+  const int G = blockDim.x * CLUSTER, t = rank * blockDim.x + threadIdx.x;
+  RowPart<T, VECS, ALIGNED> part;
+  part.load(x + row * cols, cols, t, G);
+  const MS mine = part.stats();
+  const MS blk = block_combine(mine);
+  if (threadIdx.x == 0) block_total = blk;
+  cluster_arrive();  // publishes block_total to the cluster
+  cluster_wait();    // every block's block_total is now readable
+  __shared__ MS row_total;
+  if (threadIdx.x < warpSize) {  // warp 0: lane r reads block r's (m, s), then one butterfly
+    MS st = ms_empty();
+    if (threadIdx.x < CLUSTER) {
+      const float2 p = cluster_load_float2(&block_total, threadIdx.x);
+      st = MS{p.x, p.y};
+    }
+    st = group_combine<CLUSTER>(st);
+    if (threadIdx.x == 0) row_total = st;
+  }
+  __syncthreads();
+  const MS total = row_total;
+  cluster_arrive();  // done reading the other blocks' shared memory ...
+  part.store(y + row * cols, cols, t, G, mine.m, total);
+  cluster_wait();    // ... and none may exit while another could still read its block_total
+}
+#endif
+
+// Any length, any hardware: one block per row, (m, s) in one read, then a second read to write.
+// VECS vectors per thread per step keep enough loads in flight. For rows of a few hundred KB the
+// second read mostly hits L2 (the rows in flight at once are far smaller than its 50 MB).
+template <class T, int VECS, bool ALIGNED>
+__global__ void __launch_bounds__(1024)
+softmax_fast_2pass(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
+  const long long row = blockIdx.x;
+  const T* xr = x + row * cols;
+  T* yr = y + row * cols;
+  const int step = blockDim.x * VECS * Vec<T>::N;
+  MS st = ms_empty();
+  for (int base = 0; base < cols; base += step) {
+    RowPart<T, VECS, ALIGNED> part;
+    part.load(xr + base, cols - base, threadIdx.x, blockDim.x);
+    st = combine(st, part.stats());
+  }
+  const MS total = block_combine(st);
+  for (int base = 0; base < cols; base += step) {
+    RowPart<T, VECS, ALIGNED> part;
+    part.load(xr + base, cols - base, threadIdx.x, blockDim.x);
+    const MS mine = part.stats();
+    part.store(yr + base, cols - base, threadIdx.x, blockDim.x, mine.m, total);
+  }
+}
+
+// Explicit instantiations for compile-only checks (hipcc, nvcc): -DA07_FAST_INSTANTIATE.
+#ifdef A07_FAST_INSTANTIATE
+#define A07_FAST_ARGS(T) (const T* __restrict__, T* __restrict__, int, int)
+template __global__ void softmax_fast_warp<float, 2, 16, 1, true> A07_FAST_ARGS(float);
+template __global__ void softmax_fast_warp<bf16_t, 2, 8, 1, false> A07_FAST_ARGS(bf16_t);
+template __global__ void softmax_fast_warp<f16_t, 4, 32, 1, true> A07_FAST_ARGS(f16_t);
+template __global__ void softmax_fast_block<float, 2, 128, true> A07_FAST_ARGS(float);
+template __global__ void softmax_fast_block<bf16_t, 8, 128, true> A07_FAST_ARGS(bf16_t);
+template __global__ void softmax_fast_block<f16_t, 4, 64, false> A07_FAST_ARGS(f16_t);
+template __global__ void softmax_fast_2pass<float, 4, true> A07_FAST_ARGS(float);
+template __global__ void softmax_fast_2pass<bf16_t, 1, false> A07_FAST_ARGS(bf16_t);
+#if A07_HAS_CLUSTERS
+template __global__ void softmax_fast_cluster<float, 8, 8, 1024, true> A07_FAST_ARGS(float);
+template __global__ void softmax_fast_cluster<bf16_t, 4, 8, 512, false> A07_FAST_ARGS(bf16_t);
+#endif
+#endif

@@ -1,0 +1,248 @@
+"""The fast softmax (cuda/softmax_fast.cu, kernels/fast.py): the strategy table and the argument
+checks on any machine, compilation with NVRTC and hipcc without a GPU, and on a GPU every strategy
+against float64 on fresh random inputs with the output poisoned first."""
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from kernels import fast
+
+from test_native import FakeDeviceArray, ROOT
+
+ODD_COLS = [1, 2, 3, 7, 31, 33, 127, 128, 129, 255, 257, 1000, 1023, 1024, 1025, 2047, 2049, 3000, 4097,
+            8191, 16384, 16385, 32767, 32769, 65537, 131072, 262144, 262147]
+
+
+def _args(kernel):
+    """Template arguments of an instance name: type, ints..., aligned."""
+    inside = kernel[kernel.index("<") + 1:kernel.rindex(">")]
+    parts = [p.strip() for p in inside.split(",")]
+    return parts[0], [int(p) for p in parts[1:-1]], parts[-1] == "true"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("cols", ODD_COLS)
+def test_plan_covers_the_row_and_fits_the_hardware(dtype, cols):
+    rows = 1000
+    p = fast.plan(cols, dtype, rows)
+    n = 16 // (4 if dtype == "float32" else 2)
+    ctype, ints, aligned = _args(p.kernel)
+    assert ctype == fast.DTYPES[dtype][0] and aligned == (cols % n == 0)
+    assert 32 <= p.threads <= 1024 and p.threads % 32 == 0
+    if p.strategy == "warp":
+        vecs, group, rpt = ints
+        assert group & (group - 1) == 0 and group <= 32 and vecs * group * n >= cols
+        assert p.grid * p.rows_per_block >= rows
+    elif p.strategy == "block":
+        vecs, bound = ints
+        assert p.threads * vecs * n >= cols and p.threads <= bound and p.grid == rows
+    elif p.strategy == "cluster":
+        vecs, cluster, bound = ints
+        assert cluster in fast.CLUSTERS and cluster * p.threads * vecs * n >= cols
+        assert p.threads <= bound and p.grid == rows * cluster
+    else:
+        assert p.strategy == "2pass" and p.grid == rows
+
+
+def test_strategy_follows_the_row_length():
+    s = {c: fast.plan(c, "float32").strategy for c in (128, 256, 512, 16384, 32768, 262144, 262145)}
+    assert s == {128: "warp", 256: "warp", 512: "block", 16384: "block", 32768: "cluster", 262144: "cluster",
+                 262145: "2pass"}
+    assert fast.plan(262144, "bfloat16").strategy == "cluster"
+    # without clusters (AMD, pre-Hopper NVIDIA) long rows are read twice; 64-lane wavefronts
+    # round block sizes to 64
+    p = fast.plan(65536, "float32", clusters=False, warp_size=64)
+    assert p.strategy == "2pass"
+    assert fast.plan(3000, "float32", warp_size=64).threads % 64 == 0
+    # a misaligned row start falls back to element loads
+    assert fast.plan(1024, "float32", aligned=False).kernel.endswith("false>")
+
+
+def test_plan_explains_itself():
+    d = fast.plan(262144, "float32", 1024).describe()
+    assert "cluster" in d and "8 blocks" in d
+
+
+@pytest.mark.parametrize("x, err, words", [
+    (np.zeros((2, 3), np.float32), TypeError, "host memory"),
+    (FakeDeviceArray((2, 3), "float64"), TypeError, "float64"),
+    (FakeDeviceArray((2, 3), "int32"), TypeError, "int32"),
+    (FakeDeviceArray((6,)), ValueError, "2-D"),
+    (FakeDeviceArray((0, 3)), ValueError, "2-D"),
+    (FakeDeviceArray((2, 3), contiguous=False), ValueError, "not C-contiguous"),
+    (FakeDeviceArray((2**28, 4)), ValueError, "too large"),
+])
+def test_bad_input_is_a_clear_error(x, err, words):
+    with pytest.raises(err, match=words):
+        fast.check(x)
+
+
+def test_out_must_match():
+    with pytest.raises(ValueError, match="float16"):
+        fast.check(FakeDeviceArray((2, 3), "float16"), FakeDeviceArray((2, 3), "float32"))
+    with pytest.raises(ValueError, match="shape"):
+        fast.check(FakeDeviceArray((2, 3)), FakeDeviceArray((3, 2)))
+
+
+def test_torch_cpu_bf16_is_refused_before_a_launch():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="host memory"):
+        fast.softmax(torch.zeros(2, 3, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="dtype"):
+        fast.plan(128, "float64")
+
+
+def test_every_planned_instance_compiles_without_spills():
+    try:
+        res = fast.compile_report()
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    assert res.ok, res.log[-3000:]
+    assert len(res.kernels) == len(fast.bench_kernels())
+    for k in res.kernels:
+        bound = fast.launch_bound(k.name)
+        print(f"{k.name:<70} {k.registers:>3} registers, bound {bound}")
+        assert k.spill_stores == 0 and k.spill_loads == 0, k
+        assert k.registers * bound <= 65536, f"{k.name} cannot launch {bound} threads with {k.registers} registers"
+
+
+def test_hip_twin_compiles_for_gfx90a(tmp_path):
+    hipcc = shutil.which("hipcc")
+    if not hipcc:
+        pytest.skip("hipcc not found: apt-get install hipcc (Debian's HIP compiler) to compile the HIP sources")
+    cmd = [hipcc, "-O3", "-std=c++17", "-Icommon", "-Icuda", "--offload-arch=gfx90a", "-DA07_FAST_INSTANTIATE",
+           "-c", "hip/softmax_fast.cpp", "-o", str(tmp_path / "out.o"), "-Rpass-analysis=kernel-resource-usage"]
+    p = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, HIP_PLATFORM="amd"), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    names = re.findall(r"Function Name: (\S+)", p.stderr)
+    assert any("softmax_fast_warp" in n for n in names) and any("softmax_fast_2pass" in n for n in names)
+    assert not any("cluster" in n for n in names), "clusters are an NVIDIA feature; HIP must not build them"
+    scratch = [int(v) for v in re.findall(r"ScratchSize \[bytes/lane\]: (\d+)", p.stderr)]
+    assert scratch and not any(scratch)
+
+
+# ------------------------------------------------------------------------------------------------
+# On the GPU
+# ------------------------------------------------------------------------------------------------
+def _max_rel_err(y, ref, dtype):
+    """max |y - ref| / |ref| over outputs >= the smallest normal number of both fp32 and the dtype;
+    below it (probabilities under 1e-38, or 6e-5 in fp16) the output may flush to zero. NaN where
+    the reference has none counts as infinite."""
+    import torch
+
+    tiny = max(torch.finfo(torch.float32).tiny, torch.finfo(dtype).tiny)
+    g = y.double()
+    if bool((torch.isnan(g) & ~torch.isnan(ref)).any()):
+        return float("inf")
+    big = ref.abs() >= tiny
+    err = ((g - ref).abs() / ref.abs().clamp_min(tiny))[big]
+    small_ok = bool((g[~big & ~torch.isnan(ref)].abs() <= tiny).all())
+    return (float(err.max()) if err.numel() else 0.0) if small_ok else float("inf")
+
+
+def _scores(rows, cols, dtype, seed):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = (torch.randn(rows, cols, device="cuda", generator=g) * 4).to(dtype)
+    x[0, cols // 2] = 60.0                   # one large score
+    x[1] = float("-inf")                     # fully masked: zeros
+    x[2] = float("-inf")
+    x[2, cols - 1] = 0.5                     # exactly one valid key: 1.0 there
+    x[3, ::2] = float("-inf")                # half masked
+    return x
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("cols", ODD_COLS)
+def test_matches_float64(dtype, cols):
+    import torch
+
+    dt = getattr(torch, dtype)
+    rows = max(5, min(300, 2**22 // cols))
+    x = _scores(rows, cols, dt, seed=cols)
+    y = torch.full_like(x, float("nan"))     # poisoned: anything unwritten stays NaN
+    fast.softmax(x, out=y)
+    ref = torch.softmax(x.double(), -1)
+    ref[1] = 0.0                             # the contract for a fully masked row (torch gives NaN)
+    tol = 2e-5 if dtype == "float32" else 1.6e-2
+    err = _max_rel_err(y, ref, dt)
+    assert err <= tol, f"{fast.plan(cols, dtype, rows).describe()}: max rel err {err:.3g}"
+    assert bool((y[1] == 0).all()) and abs(float(y[2, cols - 1]) - 1.0) < 1e-6
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("strategy, cols", [("warp", 200), ("block", 3000), ("cluster", 40000), ("2pass", 40000),
+                                            ("2pass", 300001)])
+def test_every_strategy_on_request(strategy, cols):
+    import torch
+
+    x = _scores(9, cols, torch.float32, seed=7)
+    y = torch.full_like(x, float("nan"))
+    fast.softmax(x, out=y, strategy=strategy)
+    ref = torch.softmax(x.double(), -1)
+    ref[1] = 0.0
+    assert _max_rel_err(y, ref, torch.float32) <= 2e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [40, 2048])
+def test_more_than_65535_rows(cols):
+    import torch
+
+    x = torch.randn(70001, cols, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    fast.softmax(x, out=y)
+    assert _max_rel_err(y, torch.softmax(x.double(), -1), torch.float32) <= 2e-5
+
+
+@pytest.mark.gpu
+def test_unaligned_rows_and_cupy_inputs():
+    import cupy
+    import torch
+
+    base = torch.randn(64 * 1000 + 1, device="cuda")
+    x = base[1:].view(1000, 64)              # 4-byte aligned, not 16: the element-wise path
+    y = torch.full_like(x, float("nan"))
+    fast.softmax(x, out=y)
+    assert _max_rel_err(y, torch.softmax(x.double(), -1), torch.float32) <= 2e-5
+    xc = cupy.random.default_rng(3).standard_normal((300, 777), dtype=cupy.float32).astype(cupy.float16)
+    yc = fast.softmax(xc)
+    ref = torch.softmax(torch.as_tensor(xc, device="cuda").double(), -1)
+    assert _max_rel_err(torch.as_tensor(yc, device="cuda"), ref, torch.float16) <= 1.6e-2
+
+
+@pytest.mark.gpu
+def test_bad_gpu_input_raises_before_launch():
+    import torch
+
+    with pytest.raises(TypeError, match="float64"):
+        fast.softmax(torch.zeros(4, 8, device="cuda", dtype=torch.float64))
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        fast.softmax(torch.zeros(8, 4, device="cuda").t())
+    with pytest.raises(ValueError, match="out must be"):
+        fast.softmax(torch.zeros(4, 8, device="cuda"), out=torch.zeros(4, 8, device="cuda", dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cols", [1, 3, 33, 129, 1000, 3000, 16385, 40000, 262144, 262147])
+def test_numpy_model_of_each_plan_matches_the_reference(dtype, cols):
+    """The element ownership and reduction tree of every strategy, checked without a GPU."""
+    from kernels import reference as R
+
+    rng = np.random.default_rng(cols)
+    x = rng.standard_normal(cols) * 4
+    x[::3] = -np.inf if cols > 3 else x[::3]
+    y, levels = fast.simulate(x, dtype)
+    assert np.allclose(y, R.softmax(x), rtol=1e-12, atol=1e-300)
+    assert levels[-1] == 1 and levels == sorted(levels, reverse=True)
+    if fast.plan(cols, dtype).strategy == "cluster":
+        assert len(levels) == 4  # threads -> warps -> blocks -> the cluster's one state
+    masked, _ = fast.simulate(np.full(cols, -np.inf), dtype)
+    assert not masked.any()
