@@ -53,6 +53,21 @@ def is_stale(d: dict) -> list:
     return stale_sources(d.get("sources_sha256", {}))
 
 
+def failed_checks(d: dict) -> list:
+    """Runs whose output missed the float64 tolerance (only peers may: tests/test_results.py)."""
+    return [r for r in d["runs"] if not r["passed"]]
+
+
+def check_summary(d: dict) -> str:
+    """One line: how many timed outputs passed their float64 check, and which did not."""
+    bad = failed_checks(d)
+    line = f"{len(d['runs']) - len(bad)} of {len(d['runs'])} timed outputs passed their float64 check"
+    for r in bad:
+        line += (f"; {r['impl']} {r['dtype']} at {r['cols']} columns did not "
+                 f"(max rel err {r['max_rel_err']:.3g})")
+    return line
+
+
 def label(d: dict) -> str:
     v = d["versions"]
     return (f"measured on {d['gpu']} on {d['date']} (torch {v.get('torch')}, triton {v.get('triton')}, "
@@ -109,6 +124,21 @@ def fast_scorecard(d: dict, dtype: str):
         best = max(peers, key=peers.get) if peers else None
         out[c] = (g, 100 * g / d["copy_GBps"], best, peers.get(best, float("nan")))
     return out
+
+
+def fast_summary(d: dict, dtype: str) -> str:
+    """Where the fast softmax meets its targets (>= 95 % of copy, faster than every peer) and where not."""
+    card = fast_scorecard(d, dtype)
+    at95 = [c for c, v in card.items() if v[1] >= 95]
+    behind = {c: 100 * (v[0] / v[3] - 1) for c, v in card.items() if v[0] <= v[3]}
+    line = (f"{dtype}: >= 95 % of copy at {len(at95)} of {len(card)} lengths; faster than torch.softmax and "
+            f"the Triton row kernel at {len(card) - len(behind)} of {len(card)}")
+    if behind:
+        line += "; behind the faster peer at " + ", ".join(f"{c} ({p:+.1f} %)" for c, p in behind.items())
+    below = [f"{c} ({v[1]:.1f} %)" for c, v in card.items() if v[1] < 95]
+    if below:
+        line += "; below 95 % of copy at " + ", ".join(below)
+    return line
 
 
 def plot_fast(d: dict):

@@ -25,9 +25,17 @@ def test_bench_json_is_not_stale(gpu):
 
 
 @pytest.mark.parametrize("gpu", BENCHES)
-def test_every_timed_output_was_checked_and_passed(gpu):
-    bad = [(r["impl"], r["dtype"], r["cols"]) for r in results.load_bench(gpu)["runs"] if not r.get("passed")]
-    assert not bad
+def test_every_timed_output_was_checked_and_the_course_kernels_passed(gpu):
+    """Every run carries its float64 check. The course's own kernels (cuda.*, hip.*, triton.*) must
+    pass it; a peer (torch.*) that misses the tolerance is recorded as measured, and the notebooks
+    say so (eager bf16 torch rounds x * scale to bf16 before its softmax)."""
+    runs = results.load_bench(gpu)["runs"]
+    assert all(isinstance(r.get("passed"), bool) and r["max_rel_err"] >= 0 for r in runs)
+    ours = [(r["impl"], r["dtype"], r["cols"], r["max_rel_err"]) for r in runs
+            if not r["passed"] and not r["impl"].startswith("torch.")]
+    assert not ours
+    peers = results.failed_checks(results.load_bench(gpu))
+    assert all(r["impl"].startswith("torch.") for r in peers)
 
 
 @pytest.mark.parametrize("name", ["run-cuda.txt", "notebooks.txt"])
@@ -60,8 +68,8 @@ def test_plots_render_from_committed_results(tmp_path):
     from kernels import bench
 
     written = bench.plots(results.load_bench("nvidia-h200"), tmp_path)
-    assert sorted(written) == ["fused_vs_unfused.png", "lab1_time_ratio_vs_model.png", "softmax_gbps_bfloat16.png",
-                               "softmax_gbps_float32.png"]
+    assert sorted(written) == ["fast_softmax.png", "fused_vs_unfused.png", "lab1_time_ratio_vs_model.png",
+                               "softmax_gbps_bfloat16.png", "softmax_gbps_float32.png"]
     assert all((tmp_path / f).stat().st_size > 20_000 for f in written)
 
 
