@@ -96,6 +96,14 @@ __device__ __forceinline__ float2 cluster_load_float2(const void* local, unsigne
   asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
   return v;
 }
+// Asynchronous 16-byte copies global -> shared (sm_80+), cached in L2 only: the loads of the next
+// row are in flight while the current one is reduced, without holding registers.
+__device__ __forceinline__ void async_copy16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 #endif
 
 // -inf without <math.h> (NVRTC and hiprtc have none): the IEEE-754 bit pattern.

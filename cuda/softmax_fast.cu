@@ -101,6 +101,32 @@ struct RowPart {
     }
   }
 
+#if A07_HAS_CLUSTERS
+  // Start copying this thread's vectors of a row into its own slots of `stage` (slot j of thread
+  // i at stage[j * blockDim.x + i]); load_staged() picks them up. Needs ALIGNED rows.
+  __device__ __forceinline__ static void stage_async(uint4* stage, const T* __restrict__ xr, int cols, int t, int G) {
+#pragma unroll
+    for (int j = 0; j < VECS; ++j) {
+      const int c0 = (j * G + t) * N;
+      if (c0 < cols) async_copy16(stage + j * blockDim.x + threadIdx.x, xr + c0);
+    }
+    async_commit();
+  }
+  __device__ __forceinline__ void load_staged(const uint4* stage, int cols, int t, int G) {
+    async_wait_all();  // this thread's own copies: no barrier needed, no other thread reads them
+#pragma unroll
+    for (int j = 0; j < VECS; ++j) {
+      const int c0 = (j * G + t) * N;
+      if (c0 < cols) {
+        Vec<T>::unpack(stage[j * blockDim.x + threadIdx.x], v + j * N);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) v[j * N + e] = A07_NEG_INF;
+      }
+    }
+  }
+#endif
+
   // This thread's (m, s); afterwards v holds exp(x - m_thread): one exp per element, ever.
   __device__ __forceinline__ MS stats() {
     float m = A07_NEG_INF;
@@ -181,26 +207,18 @@ softmax_fast_block(const T* __restrict__ x, T* __restrict__ y, int rows, int col
 }
 
 #if A07_HAS_CLUSTERS
-// Long rows: a cluster of CLUSTER blocks (on CLUSTER SMs) holds one row in their registers. Each
-// block reduces its share to one (m, s); the blocks then read each other's (m, s) straight from
-// shared memory (distributed shared memory, sm_90) and merge them with the same combine(). The row
-// is read once and written once however long it is, up to CLUSTER * 1024 threads * VECS vectors.
-template <class T, int VECS, int CLUSTER, int MAX_THREADS, bool ALIGNED>
-__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(MAX_THREADS)
-softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
-  __shared__ MS block_total;
-  const long long row = blockIdx.x / CLUSTER;
-  const unsigned rank = cluster_rank();
-  const int G = blockDim.x * CLUSTER, t = rank * blockDim.x + threadIdx.x;
-  RowPart<T, VECS, ALIGNED> part;
-  part.load(x + row * cols, cols, t, G);
-  const MS mine = part.stats();
-  const MS blk = block_combine(mine);
-  if (threadIdx.x == 0) block_total = blk;
+// The row's (M, S) from every block's (m, s), through distributed shared memory: each block
+// publishes its pair in its own shared memory, the cluster barrier makes all of them visible, and
+// lane r of warp 0 reads block r's pair (mapa + ld.shared::cluster) before one butterfly with the
+// same combine(). The caller must cluster_wait() before this block's pair is written again or the
+// block exits: the arrive at the end only says "done reading the others".
+template <int CLUSTER>
+__device__ __forceinline__ MS cluster_combine(MS block_state) {
+  __shared__ MS block_total, row_total;
+  if (threadIdx.x == 0) block_total = block_state;
   cluster_arrive();  // publishes block_total to the cluster
   cluster_wait();    // every block's block_total is now readable
-  __shared__ MS row_total;
-  if (threadIdx.x < warpSize) {  // warp 0: lane r reads block r's (m, s), then one butterfly
+  if (threadIdx.x < warpSize) {
     MS st = ms_empty();
     if (threadIdx.x < CLUSTER) {
       const float2 p = cluster_load_float2(&block_total, threadIdx.x);
@@ -211,9 +229,37 @@ softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int c
   }
   __syncthreads();
   const MS total = row_total;
-  cluster_arrive();  // done reading the other blocks' shared memory ...
-  part.store(y + row * cols, cols, t, G, mine.m, total);
-  cluster_wait();    // ... and none may exit while another could still read its block_total
+  cluster_arrive();  // done reading the other blocks' shared memory
+  return total;
+}
+
+// Long rows: a cluster of CLUSTER blocks (on CLUSTER SMs) holds one row in their registers. Each
+// block reduces its share to one (m, s); cluster_combine() merges the blocks' pairs. The row is read
+// once and written once however long it is, up to CLUSTER * 1024 threads * VECS vectors.
+// A cluster handles rows_per_cluster consecutive rows. For ALIGNED rows the next row's share is
+// copied asynchronously into shared memory (the dynamic `stage`, blockDim.x * VECS vectors) while
+// this one is reduced and written: without that, HBM idles during every cluster barrier.
+template <class T, int VECS, int CLUSTER, int MAX_THREADS, bool ALIGNED>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(MAX_THREADS)
+softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int rows_per_cluster) {
+  extern __shared__ uint4 stage[];
+  const int G = blockDim.x * CLUSTER, t = cluster_rank() * blockDim.x + threadIdx.x;
+  const long long first = (long long)(blockIdx.x / CLUSTER) * rows_per_cluster;
+  const long long end = first + rows_per_cluster < rows ? first + rows_per_cluster : rows;
+  if (ALIGNED && first < end) RowPart<T, VECS, ALIGNED>::stage_async(stage, x + first * cols, cols, t, G);
+  for (long long row = first; row < end; ++row) {
+    RowPart<T, VECS, ALIGNED> part;
+    if (ALIGNED) {
+      part.load_staged(stage, cols, t, G);
+      if (row + 1 < end) RowPart<T, VECS, ALIGNED>::stage_async(stage, x + (row + 1) * cols, cols, t, G);
+    } else {
+      part.load(x + row * cols, cols, t, G);
+    }
+    const MS mine = part.stats();
+    const MS total = cluster_combine<CLUSTER>(block_combine(mine));
+    part.store(y + row * cols, cols, t, G, mine.m, total);
+    cluster_wait();  // no block reuses its shared memory, or exits, while another may still read it
+  }
 }
 #endif
 
@@ -254,7 +300,8 @@ template __global__ void softmax_fast_block<f16_t, 4, 64, false> A07_FAST_ARGS(f
 template __global__ void softmax_fast_2pass<float, 4, true> A07_FAST_ARGS(float);
 template __global__ void softmax_fast_2pass<bf16_t, 1, false> A07_FAST_ARGS(bf16_t);
 #if A07_HAS_CLUSTERS
-template __global__ void softmax_fast_cluster<float, 8, 8, 1024, true> A07_FAST_ARGS(float);
-template __global__ void softmax_fast_cluster<bf16_t, 4, 8, 512, false> A07_FAST_ARGS(bf16_t);
+#define A07_CLUSTER_ARGS(T) (const T* __restrict__, T* __restrict__, int, int, int)
+template __global__ void softmax_fast_cluster<float, 8, 8, 1024, true> A07_CLUSTER_ARGS(float);
+template __global__ void softmax_fast_cluster<bf16_t, 4, 8, 512, false> A07_CLUSTER_ARGS(bf16_t);
 #endif
 #endif

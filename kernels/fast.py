@@ -24,6 +24,7 @@ VEC_BYTES = 16
 GROUP_MAX = 32      # lanes per row in the warp strategy (also fits a 64-lane AMD wavefront)
 WARP_THREADS = 128  # block size of the warp strategy (its __launch_bounds__)
 CLUSTERS = (2, 4, 8)  # portable cluster sizes on sm_90
+ROWS_PER_CLUSTER = 4  # consecutive rows one cluster handles, the next one's loads in flight
 
 # The strategy table, per element size (4: fp32, 2: fp16/bf16), in 16-byte vectors per row (rv).
 # Every number is a measurement on the H200 (results/nvidia-h200/NOTES.md has the sweep); the
@@ -32,13 +33,13 @@ CLUSTERS = (2, 4, 8)  # portable cluster sizes on sm_90
 TABLE = {
     4: dict(warp_max_rv=64,      # up to 256 fp32: 2 vectors (8 floats) per lane
             block_vecs=(2, 4, 8), block_max_threads=512,   # up to 16384 fp32
-            # the smallest cluster whose blocks need <= 1024 threads: up to 8 x 1024 x 32 = 262144
-            cluster_vecs=8, cluster_max_threads=1024, cluster_last_threads=1024,
+            # the smallest cluster of <= 512 threads a block, else the largest: up to 8 x 1024 x 32
+            cluster_vecs=8, cluster_max_threads=512, cluster_last_threads=1024,
             twopass_vecs=4),
     2: dict(warp_max_rv=128,     # up to 1024 bf16: 2 or 4 vectors (16 or 32 values) per lane
             block_vecs=(2, 4), block_max_threads=512,      # up to 16384 bf16
-            # the smallest cluster of <= 256 threads a block, else the largest: up to 8 x 1024 x 32
-            cluster_vecs=4, cluster_max_threads=256, cluster_last_threads=1024,
+            # the smallest cluster of <= 128 threads a block, else the largest: up to 8 x 512 x 64
+            cluster_vecs=8, cluster_max_threads=128, cluster_last_threads=512,
             twopass_vecs=1),
 }
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Plan:
     threads: int
     rows_per_block: int
     why: str
+    shared_bytes: int = 0     # dynamic shared memory (the cluster kernel's staging buffer)
+    extra_args: tuple = ()    # launch arguments after (x, y, rows, cols)
 
     def describe(self) -> str:
         return f"{self.strategy:<7} {self.kernel:<42} grid {self.grid:>8} x {self.threads:>4} threads  ({self.why})"
@@ -86,7 +89,7 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: bool = T
     if want in (None, "block"):
         for vecs in ([override["vecs"]] if "vecs" in override else t["block_vecs"]):
             threads = override.get("threads", _round_up(-(-rv // vecs), warp_size))
-            if want == "block" or threads <= t["block_max_threads"]:
+            if threads <= t["block_max_threads"] or (want == "block" and threads <= 1024):
                 return Plan("block", f"softmax_fast_block<{ctype}, {vecs}, {_bound(threads)}, {al}>", rows, threads, 1,
                             f"{rv} vectors per row: {threads} threads x {vecs} vectors")
     # 3. long rows: a cluster of blocks per row, (m, s) exchanged through distributed shared memory
@@ -97,10 +100,15 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: bool = T
         for limit, order in ((t["cluster_max_threads"], options), (t["cluster_last_threads"], options[::-1])):
             for cluster in order:
                 threads = override.get("threads", _round_up(-(-rv // (vecs * cluster)), warp_size))
-                if want == "cluster" or threads <= limit:
+                if threads <= limit or (want == "cluster" and threads <= 1024):
+                    k = override.get("rows_per_cluster", ROWS_PER_CLUSTER)
                     return Plan("cluster", f"softmax_fast_cluster<{ctype}, {vecs}, {cluster}, {_bound(threads)}, {al}>",
-                                rows * cluster, threads, 1,
-                                f"{rv} vectors per row: {cluster} blocks x {threads} threads x {vecs} vectors")
+                                -(-rows // k) * cluster, threads, k,
+                                f"{rv} vectors per row: {cluster} blocks x {threads} threads x {vecs} vectors, "
+                                f"{k} rows per cluster", threads * vecs * VEC_BYTES if al == "true" else 0,
+                                (np.int32(k),))
+    if want in ("block", "cluster"):
+        raise ValueError(f"no {want} configuration holds {cols} columns of {dtype} in registers")
     # 4. anything else: read the row twice
     threads = override.get("threads", 1024)
     vecs = override.get("vecs", t["twopass_vecs"])
@@ -258,5 +266,9 @@ def softmax(x, out=None, **override):
     px, py = _pointer(x), _pointer(out)
     aligned = cols % n == 0 and px % VEC_BYTES == 0 and py % VEC_BYTES == 0
     p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, **override)
-    kernel(p.kernel)((p.grid,), (p.threads,), (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols)))
+    fn = kernel(p.kernel)
+    if p.shared_bytes > 48 * 1024 and fn.max_dynamic_shared_size_bytes < p.shared_bytes:
+        fn.max_dynamic_shared_size_bytes = p.shared_bytes  # opt in to more than 48 KB per block
+    fn((p.grid,), (p.threads,), (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols)) + p.extra_args,
+       shared_mem=p.shared_bytes)
     return out

@@ -43,7 +43,8 @@ def test_plan_covers_the_row_and_fits_the_hardware(dtype, cols):
     elif p.strategy == "cluster":
         vecs, cluster, bound = ints
         assert cluster in fast.CLUSTERS and cluster * p.threads * vecs * n >= cols
-        assert p.threads <= bound and p.grid == rows * cluster
+        assert p.threads <= bound and p.grid == -(-rows // p.rows_per_block) * cluster
+        assert p.shared_bytes == (p.threads * vecs * 16 if aligned else 0) and p.shared_bytes <= 227 * 1024
     else:
         assert p.strategy == "2pass" and p.grid == rows
 
@@ -246,3 +247,24 @@ def test_numpy_model_of_each_plan_matches_the_reference(dtype, cols):
         assert len(levels) == 4  # threads -> warps -> blocks -> the cluster's one state
     masked, _ = fast.simulate(np.full(cols, -np.inf), dtype)
     assert not masked.any()
+
+
+def test_a_forced_strategy_that_cannot_hold_the_row_is_refused():
+    with pytest.raises(ValueError, match="no block configuration"):
+        fast.plan(131072, "float32", strategy="block")
+    with pytest.raises(ValueError, match="no cluster configuration"):
+        fast.plan(10**6, "float32", strategy="cluster")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, k", [(1, 4), (7, 3), (9, 4), (16, 1)])
+@pytest.mark.parametrize("cols", [32768, 65537])
+def test_cluster_rows_per_cluster_and_the_staged_next_row(rows, k, cols):
+    """Each cluster handles k consecutive rows, loading the next one into shared memory while it
+    reduces the current one (aligned rows) or loading directly (cols = 65537 is misaligned)."""
+    import torch
+
+    x = torch.randn(rows, cols, device="cuda") * 4
+    y = torch.full_like(x, float("nan"))
+    fast.softmax(x, out=y, strategy="cluster", rows_per_cluster=k)
+    assert _max_rel_err(y, torch.softmax(x.double(), -1), torch.float32) <= 2e-5
