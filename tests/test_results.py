@@ -29,13 +29,11 @@ def test_every_timed_output_was_checked_and_the_course_kernels_passed(gpu):
     """Every run carries its float64 check. The course's own kernels (cuda.*, hip.*, triton.*) must
     pass it; a peer (torch.*) that misses the tolerance is recorded as measured, and the notebooks
     say so (eager bf16 torch rounds x * scale to bf16 before its softmax)."""
-    runs = results.load_bench(gpu)["runs"]
-    assert all(isinstance(r.get("passed"), bool) and r["max_rel_err"] >= 0 for r in runs)
-    ours = [(r["impl"], r["dtype"], r["cols"], r["max_rel_err"]) for r in runs
-            if not r["passed"] and not r["impl"].startswith("torch.")]
+    d = results.load_bench(gpu)
+    assert all(isinstance(r.get("passed"), bool) and r["max_rel_err"] >= 0 for r in d["runs"])
+    ours = [(r["impl"], r["dtype"], r["cols"], r["max_rel_err"]) for r in results.failed_checks(d)
+            if not r["impl"].startswith("torch.")]
     assert not ours
-    peers = results.failed_checks(results.load_bench(gpu))
-    assert all(r["impl"].startswith("torch.") for r in peers)
 
 
 @pytest.mark.parametrize("name", ["run-cuda.txt", "notebooks.txt"])
