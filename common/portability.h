@@ -83,27 +83,51 @@ __device__ __forceinline__ unsigned cluster_rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
 }
-// Split cluster barrier: arrive (release our shared-memory writes) ... wait (acquire the others').
+// Cluster barrier, split: arrive (release our shared-memory writes) ... wait (acquire the others').
+// The cluster kernel uses it twice per cluster lifetime: after setting up its mailbox, and before exit.
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-// Read two floats from the shared memory of block `rank` of this cluster, at the address where
-// `local` sits in ours (every block of a kernel has the same shared-memory layout).
-__device__ __forceinline__ float2 cluster_load_float2(const void* local, unsigned rank) {
+__device__ __forceinline__ unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+// The address of `addr` (a shared-memory address of ours) in block `rank` of the cluster: every
+// block of a kernel has the same shared-memory layout.
+__device__ __forceinline__ unsigned cluster_map(unsigned addr, unsigned rank) {
   unsigned remote;
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-  float2 v;
-  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
-  return v;
+  return remote;
+}
+// mbarrier: a shared-memory word that completes a phase when its expected arrivals and bytes are in.
+// mbar_expect() is the one arrival of a phase and announces how many bytes will land in it; a
+// message (cluster_send_float2) may land before or after the announcement.
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(arrivals) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the other blocks
+}
+__device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_address(bar)), "r"(bytes) : "memory");
+}
+// Wait until the phase with this parity (0, 1, 0, ... for the barrier's 1st, 2nd, 3rd use) completes.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n MBAR_WAIT_%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra MBAR_WAIT_%=;\n}\n" ::"r"(smem_address(bar)), "r"(parity) : "memory");
+}
+// One-sided message: write two floats into `slot` of block `rank` and count their 8 bytes on that
+// block's `bar` (both given by their address in our own shared memory). No barrier, no waiting.
+__device__ __forceinline__ void cluster_send_float2(float2* slot, unsigned long long* bar, unsigned rank, float2 v) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+               ::"r"(cluster_map(smem_address(slot), rank)), "f"(v.x), "f"(v.y), "r"(cluster_map(smem_address(bar), rank))
+               : "memory");
 }
 // Asynchronous 16-byte copies global -> shared (sm_80+), cached in L2 only: the loads of the next
 // row are in flight while the current one is reduced, without holding registers.
 __device__ __forceinline__ void async_copy16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address(smem)), "l"(gmem) : "memory");
 }
+// Copies issued since the last commit form one group; wait until at most PENDING groups are in flight.
 __device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory"); }
 #endif
 
 // -inf without <math.h> (NVRTC and hiprtc have none): the IEEE-754 bit pattern.

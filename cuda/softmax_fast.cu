@@ -11,8 +11,9 @@
 //   kernel                 one row is owned by           row lives in          (m, s) reduction
 //   softmax_fast_warp      GROUP lanes of a warp         registers             xor shuffles in the group
 //   softmax_fast_block     one block                     registers             shuffles + shared memory
-//   softmax_fast_cluster   a cluster of CLUSTER blocks   registers of CLUSTER  + distributed shared
-//                          (sm_90)                       SMs                     memory across the blocks
+//   softmax_fast_cluster   a cluster of CLUSTER blocks   registers of CLUSTER  + one message per block
+//                          (sm_90; 2 to 16)              SMs                     into every block's shared
+//                                                                                memory (st.async + mbarrier)
 //   softmax_fast_2pass     one block                     nowhere: read twice   shuffles + shared memory
 //
 // Common to all: 16-byte vector loads and stores (4 fp32 or 8 fp16/bf16), an element-by-element path
@@ -102,23 +103,26 @@ struct RowPart {
   }
 
 #if A07_HAS_CLUSTERS
-  // Start copying this thread's vectors of a row into its own slots of `stage` (slot j of thread
-  // i at stage[j * blockDim.x + i]); load_staged() picks them up. Needs ALIGNED rows.
-  __device__ __forceinline__ static void stage_async(uint4* stage, const T* __restrict__ xr, int cols, int t, int G) {
+  // Start copying this thread's vectors of a row into its own slots of `slot` (vector j of thread
+  // i at slot[j * blockDim.x + i]) as one cp.async group; load_staged() picks them up. ALIGNED rows.
+  __device__ __forceinline__ static void stage_async(uint4* slot, const T* __restrict__ xr, int cols, int t, int G) {
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N;
-      if (c0 < cols) async_copy16(stage + j * blockDim.x + threadIdx.x, xr + c0);
+      if (c0 < cols) async_copy16(slot + j * blockDim.x + threadIdx.x, xr + c0);
     }
     async_commit();
   }
-  __device__ __forceinline__ void load_staged(const uint4* stage, int cols, int t, int G) {
-    async_wait_all();  // this thread's own copies: no barrier needed, no other thread reads them
+  // PENDING: how many later groups may still be in flight. Each thread reads back only what it
+  // copied itself, so no barrier is needed.
+  template <int PENDING>
+  __device__ __forceinline__ void load_staged(const uint4* slot, int cols, int t, int G) {
+    async_wait<PENDING>();
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N;
       if (c0 < cols) {
-        Vec<T>::unpack(stage[j * blockDim.x + threadIdx.x], v + j * N);
+        Vec<T>::unpack(slot[j * blockDim.x + threadIdx.x], v + j * N);
       } else {
 #pragma unroll
         for (int e = 0; e < N; ++e) v[j * N + e] = A07_NEG_INF;
@@ -207,59 +211,73 @@ softmax_fast_block(const T* __restrict__ x, T* __restrict__ y, int rows, int col
 }
 
 #if A07_HAS_CLUSTERS
-// The row's (M, S) from every block's (m, s), through distributed shared memory: each block
-// publishes its pair in its own shared memory, the cluster barrier makes all of them visible, and
-// lane r of warp 0 reads block r's pair (mapa + ld.shared::cluster) before one butterfly with the
-// same combine(). The caller must cluster_wait() before this block's pair is written again or the
-// block exits: the arrive at the end only says "done reading the others".
+// The row's (M, S) from every block's (m, s), through distributed shared memory, without a cluster
+// barrier: each block posts its pair into slot [its rank] of every block's inbox (st.async), and
+// each block's mbarrier completes once all CLUSTER pairs (8 bytes each) have landed. Every warp then
+// merges the pairs with the same combine() (lane l reads pair l % CLUSTER, a butterfly over CLUSTER
+// lanes). Two inboxes alternate between rows: a block can post row i + 2 only after every block
+// has posted row i + 1, which each does only after reading its inbox for row i.
 template <int CLUSTER>
-__device__ __forceinline__ MS cluster_combine(MS block_state) {
-  __shared__ MS block_total, row_total;
-  if (threadIdx.x == 0) block_total = block_state;
-  cluster_arrive();  // publishes block_total to the cluster
-  cluster_wait();    // every block's block_total is now readable
-  if (threadIdx.x < warpSize) {
-    MS st = ms_empty();
-    if (threadIdx.x < CLUSTER) {
-      const float2 p = cluster_load_float2(&block_total, threadIdx.x);
-      st = MS{p.x, p.y};
-    }
-    st = group_combine<CLUSTER>(st);
-    if (threadIdx.x == 0) row_total = st;
+struct Mailbox {
+  float2 pair[2][CLUSTER];
+  unsigned long long full[2];
+
+  __device__ __forceinline__ void init() {
+    if (threadIdx.x == 0) mbar_init(&full[0], 1), mbar_init(&full[1], 1);
   }
-  __syncthreads();
-  const MS total = row_total;
-  cluster_arrive();  // done reading the other blocks' shared memory
-  return total;
-}
+  // Call from every thread of the block, for the block's i-th row, with the block's (m, s).
+  __device__ __forceinline__ MS exchange(MS block_state, int i) {
+    const int box = i & 1;
+    if (threadIdx.x == 0) mbar_expect(&full[box], CLUSTER * sizeof(float2));
+    if (threadIdx.x < CLUSTER)
+      cluster_send_float2(&pair[box][cluster_rank()], &full[box], threadIdx.x, make_float2(block_state.m, block_state.s));
+    mbar_wait(&full[box], (i >> 1) & 1);
+    const float2 p = pair[box][threadIdx.x % warpSize % CLUSTER];
+    return group_combine<CLUSTER>(MS{p.x, p.y});
+  }
+};
 
 // Long rows: a cluster of CLUSTER blocks (on CLUSTER SMs) holds one row in their registers. Each
-// block reduces its share to one (m, s); cluster_combine() merges the blocks' pairs. The row is read
-// once and written once however long it is, up to CLUSTER * 1024 threads * VECS vectors.
-// A cluster handles rows_per_cluster consecutive rows. For ALIGNED rows the next row's share is
-// copied asynchronously into shared memory (the dynamic `stage`, blockDim.x * VECS vectors) while
-// this one is reduced and written: without that, HBM idles during every cluster barrier.
-template <class T, int VECS, int CLUSTER, int MAX_THREADS, bool ALIGNED>
+// block reduces its share to one (m, s); the Mailbox merges the blocks' pairs. The row is read once
+// and written once however long it is, up to CLUSTER * blockDim.x * VECS vectors. CLUSTER may be
+// 16 (non-portable: the launcher sets the function attribute that allows it).
+// A cluster handles rows_per_cluster consecutive rows. For ALIGNED rows, the next STAGES rows'
+// shares are copied asynchronously into shared memory (the dynamic `stage`, STAGES slots of
+// blockDim.x * VECS vectors) while the current one is reduced and written.
+template <class T, int VECS, int CLUSTER, int MAX_THREADS, int STAGES, bool ALIGNED>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(MAX_THREADS)
 softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int rows_per_cluster) {
   extern __shared__ uint4 stage[];
+  __shared__ Mailbox<CLUSTER> mail;
+  using Part = RowPart<T, VECS, ALIGNED>;
   const int G = blockDim.x * CLUSTER, t = cluster_rank() * blockDim.x + threadIdx.x;
-  const long long first = (long long)(blockIdx.x / CLUSTER) * rows_per_cluster;
-  const long long end = first + rows_per_cluster < rows ? first + rows_per_cluster : rows;
-  if (ALIGNED && first < end) RowPart<T, VECS, ALIGNED>::stage_async(stage, x + first * cols, cols, t, G);
-  for (long long row = first; row < end; ++row) {
-    RowPart<T, VECS, ALIGNED> part;
+  const int first = blockIdx.x / CLUSTER * rows_per_cluster;
+  const int n = min(rows_per_cluster, rows - first);  // rows of this cluster
+  const int slot = blockDim.x * VECS;
+  mail.init();
+  cluster_arrive();  // every block's mailbox is set up before anyone posts to it
+  cluster_wait();
+#pragma unroll
+  for (int k = 0; k < STAGES; ++k)
+    if (ALIGNED && k < n) Part::stage_async(stage + k * slot, x + (long long)(first + k) * cols, cols, t, G);
+    else if (ALIGNED) async_commit();  // an empty group keeps the count of groups in flight fixed
+  for (int i = 0; i < n; ++i) {
+    const long long row = first + i;
+    Part part;
     if (ALIGNED) {
-      part.load_staged(stage, cols, t, G);
-      if (row + 1 < end) RowPart<T, VECS, ALIGNED>::stage_async(stage, x + (row + 1) * cols, cols, t, G);
+      uint4* mine_slot = stage + i % STAGES * slot;
+      part.template load_staged<STAGES - 1>(mine_slot, cols, t, G);
+      if (i + STAGES < n) Part::stage_async(mine_slot, x + (row + STAGES) * cols, cols, t, G);
+      else async_commit();
     } else {
       part.load(x + row * cols, cols, t, G);
     }
     const MS mine = part.stats();
-    const MS total = cluster_combine<CLUSTER>(block_combine(mine));
+    const MS total = mail.exchange(block_combine(mine), i);
     part.store(y + row * cols, cols, t, G, mine.m, total);
-    cluster_wait();  // no block reuses its shared memory, or exits, while another may still read it
   }
+  cluster_arrive();  // no block leaves while a message to it could still be on its way
+  cluster_wait();
 }
 #endif
 
@@ -301,7 +319,8 @@ template __global__ void softmax_fast_2pass<float, 4, true> A07_FAST_ARGS(float)
 template __global__ void softmax_fast_2pass<bf16_t, 1, false> A07_FAST_ARGS(bf16_t);
 #if A07_HAS_CLUSTERS
 #define A07_CLUSTER_ARGS(T) (const T* __restrict__, T* __restrict__, int, int, int)
-template __global__ void softmax_fast_cluster<float, 8, 8, 1024, true> A07_CLUSTER_ARGS(float);
-template __global__ void softmax_fast_cluster<bf16_t, 4, 8, 512, false> A07_CLUSTER_ARGS(bf16_t);
+template __global__ void softmax_fast_cluster<float, 8, 8, 512, 1, true> A07_CLUSTER_ARGS(float);
+template __global__ void softmax_fast_cluster<bf16_t, 4, 8, 256, 2, true> A07_CLUSTER_ARGS(bf16_t);
+template __global__ void softmax_fast_cluster<f16_t, 8, 16, 512, 1, false> A07_CLUSTER_ARGS(f16_t);
 #endif
 #endif

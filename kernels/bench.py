@@ -314,10 +314,14 @@ def main(argv=None) -> int:
     written = plots(result, out_dir)
     print(f"wrote {out_dir / 'bench.json'} and {', '.join(written)}")
     summary(result)
+    # every output is checked against float64; a course kernel that misses fails the run, a peer
+    # (torch.*) that misses is reported and recorded, not hidden
     failed = [r for r in b.runs if not r["passed"]]
     for r in failed:
-        print(f"CHECK FAILED: {r['impl']} {r['dtype']} {r['rows']}x{r['cols']} max rel err {r['max_rel_err']:.3g}")
-    return 1 if failed else 0
+        who = "peer, reported" if r["impl"].startswith("torch.") else "course kernel"
+        print(f"CHECK FAILED ({who}): {r['impl']} {r['dtype']} {r['rows']}x{r['cols']} "
+              f"max rel err {r['max_rel_err']:.3g}")
+    return 1 if any(not r["impl"].startswith("torch.") for r in failed) else 0
 
 
 def summary(result: dict, file=sys.stdout):

@@ -11,6 +11,7 @@ NVIDIA, hiprtc on ROCm) and launches it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import functools
 import math
 import re
 
@@ -23,51 +24,64 @@ DTYPES = {"float32": ("float", 4), "float16": ("f16_t", 2), "bfloat16": ("bf16_t
 VEC_BYTES = 16
 GROUP_MAX = 32      # lanes per row in the warp strategy (also fits a 64-lane AMD wavefront)
 WARP_THREADS = 128  # block size of the warp strategy (its __launch_bounds__)
-CLUSTERS = (2, 4, 8)  # portable cluster sizes on sm_90
-ROWS_PER_CLUSTER = 4  # consecutive rows one cluster handles, the next one's loads in flight
+PORTABLE_CLUSTER = 8  # the largest cluster every sm_90 device runs; H100/H200 also run 16
+MAX_CLUSTER = 16
 
 # The strategy table, per element size (4: fp32, 2: fp16/bf16), in 16-byte vectors per row (rv).
-# Every number is a measurement on the H200 (results/nvidia-h200/NOTES.md has the sweep); the
+# Every number is a measurement on the H200 (results/nvidia-h200/NOTES.md has the sweeps); the
 # shape of the table is general: few lanes for short rows, more data per thread as rows grow,
 # then several SMs per row, then two reads.
 TABLE = {
     4: dict(warp_max_rv=64,      # up to 256 fp32: 2 vectors (8 floats) per lane
             block_vecs=(2, 4, 8), block_max_threads=512,   # up to 16384 fp32
-            # the smallest cluster of <= 512 threads a block, else the largest: up to 8 x 1024 x 32
-            cluster_vecs=8, cluster_max_threads=512, cluster_last_threads=1024,
+            # cluster tiers (vecs, cluster, most threads a block, rows staged ahead): the first
+            # that holds the row wins. 8 blocks up to 131072 fp32, 16 blocks up to 524288; the
+            # last tier serves devices limited to 8 blocks (up to 262144).
+            cluster_tiers=((8, 8, 512, 1), (8, 16, 1024, 1), (8, 8, 1024, 1)),
+            rows_per_cluster=4,
             twopass_vecs=4),
     2: dict(warp_max_rv=128,     # up to 1024 bf16: 2 or 4 vectors (16 or 32 values) per lane
             block_vecs=(2, 4), block_max_threads=512,      # up to 16384 bf16
-            # the smallest cluster of <= 128 threads a block, else the largest: up to 8 x 512 x 64
-            cluster_vecs=8, cluster_max_threads=128, cluster_last_threads=512,
+            # 8 blocks of 4 vectors and two rows staged up to 65536 bf16, then 16 blocks of 8 up
+            # to 524288 (8 blocks of 8 where 16 is not available: up to 262144)
+            cluster_tiers=((4, 8, 256, 2), (8, 16, 512, 1), (8, 8, 512, 1)),
+            rows_per_cluster=8,
             twopass_vecs=1),
 }
+
+
 @dataclass(frozen=True)
 class Plan:
     strategy: str        # "warp", "block", "cluster" or "2pass"
-    kernel: str          # the template instance, e.g. "softmax_fast_warp<float, 1, 32, 2>"
+    kernel: str          # the template instance, e.g. "softmax_fast_warp<float, 2, 16, 1, true>"
+    params: tuple        # its integer template arguments, e.g. (2, 16, 1): vecs, group, rows per thread
     grid: int
     threads: int
-    rows_per_block: int
+    rows_each: int       # rows one block handles (warp, block, 2pass), or one cluster (cluster)
     why: str
-    shared_bytes: int = 0     # dynamic shared memory (the cluster kernel's staging buffer)
+    shared_bytes: int = 0     # dynamic shared memory (the cluster kernel's staging slots)
     extra_args: tuple = ()    # launch arguments after (x, y, rows, cols)
 
     def describe(self) -> str:
-        return f"{self.strategy:<7} {self.kernel:<42} grid {self.grid:>8} x {self.threads:>4} threads  ({self.why})"
+        return f"{self.strategy:<7} {self.kernel:<46} grid {self.grid:>8} x {self.threads:>4} threads  ({self.why})"
 
 
 def _pow2ceil(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
-def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: bool = True, warp_size: int = 32,
+def _instance(name: str, ctype: str, params: tuple, aligned: str) -> str:
+    return f"softmax_fast_{name}<{', '.join([ctype, *map(str, params), aligned])}>"
+
+
+def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MAX_CLUSTER, warp_size: int = 32,
          aligned: bool | None = None, **override) -> Plan:
-    """The strategy for a (rows, cols) softmax of `dtype`. `clusters`: the device has thread-block
-    clusters (NVIDIA sm_90+). `aligned`: rows start on 16-byte boundaries (default: cols is a
-    multiple of the vector width, as for any freshly allocated tensor); otherwise the kernel loads
-    element by element. Keyword overrides (strategy, vecs, group, rows_per_thread, cluster,
-    threads) are for tuning experiments and tests."""
+    """The strategy for a (rows, cols) softmax of `dtype`. `clusters`: the largest thread-block
+    cluster the device runs (0 or False: none, as on AMD and NVIDIA before sm_90; 8: portable;
+    16: H100/H200). `aligned`: rows start on 16-byte boundaries (default: cols is a multiple of
+    the vector width, as for any freshly allocated tensor); otherwise the kernel loads element by
+    element. Keyword overrides (strategy, vecs, group, rows_per_thread, cluster, threads, stages,
+    rows_per_cluster) are for tuning experiments and tests."""
     if dtype not in DTYPES:
         raise TypeError(f"dtype {dtype} not supported; the fast softmax takes {', '.join(DTYPES)}")
     ctype, size = DTYPES[dtype]
@@ -76,44 +90,49 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: bool = T
     t = TABLE[size]
     want = override.get("strategy")
     al = "true" if (cols % n == 0 if aligned is None else aligned) else "false"
+    max_cluster = MAX_CLUSTER if clusters is True else int(clusters or 0)
     # 1. short rows: a group of lanes per row, no barrier
     if want == "warp" or (want is None and rv <= t["warp_max_rv"]):
-        vecs = override.get("vecs", min(rv, 2 if rv <= 64 else 4))
-        group = override.get("group", min(GROUP_MAX, _pow2ceil(-(-rv // vecs))))
+        group = override.get("group", min(GROUP_MAX, _pow2ceil(-(-rv // override.get("vecs", 2 if rv <= 64 else 4)))))
         vecs = override.get("vecs", _pow2ceil(-(-rv // group)))
         rpt = override.get("rows_per_thread", 1)
         per_block = (WARP_THREADS // group) * rpt
-        return Plan("warp", f"softmax_fast_warp<{ctype}, {vecs}, {group}, {rpt}, {al}>", -(-rows // per_block),
+        return Plan("warp", _instance("warp", ctype, (vecs, group, rpt), al), (vecs, group, rpt), -(-rows // per_block),
                     WARP_THREADS, per_block, f"{rv} vectors per row: {group} lanes x {vecs} vectors")
     # 2. medium rows: a block per row
     if want in (None, "block"):
         for vecs in ([override["vecs"]] if "vecs" in override else t["block_vecs"]):
             threads = override.get("threads", _round_up(-(-rv // vecs), warp_size))
             if threads <= t["block_max_threads"] or (want == "block" and threads <= 1024):
-                return Plan("block", f"softmax_fast_block<{ctype}, {vecs}, {_bound(threads)}, {al}>", rows, threads, 1,
+                params = (vecs, _bound(threads))
+                return Plan("block", _instance("block", ctype, params, al), params, rows, threads, 1,
                             f"{rv} vectors per row: {threads} threads x {vecs} vectors")
     # 3. long rows: a cluster of blocks per row, (m, s) exchanged through distributed shared memory
-    if clusters and want in (None, "cluster"):
-        vecs = override.get("vecs", t["cluster_vecs"])
-        options = [override["cluster"]] if "cluster" in override else CLUSTERS
-        # the smallest cluster within the thread limit; failing that the largest within the last one
-        for limit, order in ((t["cluster_max_threads"], options), (t["cluster_last_threads"], options[::-1])):
-            for cluster in order:
-                threads = override.get("threads", _round_up(-(-rv // (vecs * cluster)), warp_size))
-                if threads <= limit or (want == "cluster" and threads <= 1024):
-                    k = override.get("rows_per_cluster", ROWS_PER_CLUSTER)
-                    return Plan("cluster", f"softmax_fast_cluster<{ctype}, {vecs}, {cluster}, {_bound(threads)}, {al}>",
-                                -(-rows // k) * cluster, threads, k,
-                                f"{rv} vectors per row: {cluster} blocks x {threads} threads x {vecs} vectors, "
-                                f"{k} rows per cluster", threads * vecs * VEC_BYTES if al == "true" else 0,
-                                (np.int32(k),))
+    if max_cluster >= 2 and want in (None, "cluster"):
+        tiers = [(override.get("vecs", v), override.get("cluster", c), lim, override.get("stages", st))
+                 for v, c, lim, st in t["cluster_tiers"]]
+        # the first tier within its thread limit; a forced cluster may also take up to 1024 threads
+        strict = [(tier, tier[2]) for tier in dict.fromkeys(tiers)]
+        relaxed = [(tier, 1024) for tier, _ in strict] if want == "cluster" else []
+        for (vecs, cluster, _, stages), limit in strict + relaxed:
+            threads = override.get("threads", _round_up(-(-rv // (vecs * cluster)), warp_size))
+            if threads <= limit and cluster <= max_cluster and cluster * threads * vecs >= rv:
+                k = override.get("rows_per_cluster", t["rows_per_cluster"])
+                if al == "false":
+                    stages = 0  # misaligned rows are loaded directly, nothing is staged
+                params = (vecs, cluster, _bound(threads), max(stages, 1))
+                return Plan("cluster", _instance("cluster", ctype, params, al), params, -(-rows // k) * cluster,
+                            threads, k,
+                            f"{rv} vectors per row: {cluster} blocks x {threads} threads x {vecs} vectors, "
+                            f"{k} rows per cluster" + (f", {stages} staged ahead" if stages else ""),
+                            stages * threads * vecs * VEC_BYTES, (np.int32(k),))
     if want in ("block", "cluster"):
         raise ValueError(f"no {want} configuration holds {cols} columns of {dtype} in registers")
     # 4. anything else: read the row twice
     threads = override.get("threads", 1024)
     vecs = override.get("vecs", t["twopass_vecs"])
-    return Plan("2pass", f"softmax_fast_2pass<{ctype}, {vecs}, {al}>", rows, threads, 1,
-                "row too long to keep on chip" + ("" if clusters else " without clusters") + ": two reads")
+    return Plan("2pass", _instance("2pass", ctype, (vecs,), al), (vecs,), rows, threads, 1,
+                "row too long to keep on chip" + ("" if max_cluster >= 2 else " without clusters") + ": two reads")
 
 
 def _bound(threads: int) -> int:
@@ -138,12 +157,10 @@ def simulate(row, dtype: str = "float32", warp_size: int = 32, **override):
     cols = row.size
     p = plan(cols, dtype, 1, warp_size=warp_size, **override)
     n = VEC_BYTES // DTYPES[dtype][1]
-    ints = [int(v) for v in re.findall(r"\b(\d+)\b", p.kernel.split("<", 1)[1])]
     if p.strategy == "2pass":  # per-thread states merged by the block, then a second read
         return online_softmax(row), [p.threads, 1]
-    vecs = ints[0]
-    group = {"warp": ints[1] if p.strategy == "warp" else 0, "block": p.threads,
-             "cluster": p.threads * ints[1] if p.strategy == "cluster" else 0}[p.strategy]
+    vecs = p.params[0]
+    group = {"warp": p.params[1], "block": p.threads, "cluster": p.threads * p.params[1]}.get(p.strategy, 0)
     t, j, k = np.meshgrid(np.arange(group), np.arange(vecs), np.arange(n), indexing="ij")
     idx = (j * group + t) * n + k                                     # [thread, vector, element]
     v = np.where(idx < cols, row[np.minimum(idx, cols - 1)], -np.inf).reshape(group, -1)
@@ -154,9 +171,9 @@ def simulate(row, dtype: str = "float32", warp_size: int = 32, **override):
     levels = [len(states)]
     width = {"warp": group, "block": warp_size, "cluster": warp_size}[p.strategy]
     sizes = [width] + ([p.threads // warp_size] if p.strategy != "warp" else []) + \
-        ([ints[1]] if p.strategy == "cluster" else [])
+        ([p.params[1]] if p.strategy == "cluster" else [])
     for size in sizes:                                                # lanes, then warps, then blocks
-        states = [_merge(states[i:i + size], combine, OnlineState) for i in range(0, len(states), size)]
+        states = [functools.reduce(combine, states[i:i + size], OnlineState()) for i in range(0, len(states), size)]
         levels.append(len(states))
     total = states[0]
     f = np.zeros_like(m_t) if total.m == -np.inf else np.where(np.isneginf(m_t), 0.0, np.exp(m_t - total.m) / total.s)
@@ -165,13 +182,6 @@ def simulate(row, dtype: str = "float32", warp_size: int = 32, **override):
     keep = flat < cols
     y[flat[keep]] = (e * f[:, None])[keep]
     return y, levels
-
-
-def _merge(states, combine, empty):
-    out = empty()
-    for st in states:
-        out = combine(out, st)
-    return out
 
 
 def bench_kernels(dtypes=("float32", "bfloat16", "float16"), cols=None) -> list:
@@ -187,7 +197,8 @@ def launch_bound(mangled: str) -> int:
         return WARP_THREADS
     if "softmax_fast_2pass" in mangled:
         return 1024
-    return ints[-1]  # block <T, VECS, MAX_THREADS>, cluster <T, VECS, CLUSTER, MAX_THREADS>
+    # block <T, VECS, MAX_THREADS, ALIGNED>, cluster <T, VECS, CLUSTER, MAX_THREADS, STAGES, ALIGNED>
+    return ints[1] if "softmax_fast_block" in mangled else ints[2]
 
 
 def compile_report(names=None, arch: str = "sm_90"):
@@ -203,21 +214,29 @@ _DEVICE: dict = {}
 
 
 def device_info():
-    """(vendor, has_clusters, warp_size) of the current device, asked once."""
+    """(vendor, largest cluster, warp_size) of the current device, asked once. Clusters: 0 on AMD
+    and on NVIDIA before sm_90; 16 on sm_90/sm_100 (H100, H200, B200: a non-portable size the
+    launcher opts in to); 8 (the portable size) on later architectures."""
     import cupy
 
     dev = cupy.cuda.Device().id
     if dev not in _DEVICE:
         props = cupy.cuda.runtime.getDeviceProperties(dev)
         if cupy.cuda.runtime.is_hip:
-            _DEVICE[dev] = ("HIP", False, int(props["warpSize"]))
+            _DEVICE[dev] = ("HIP", 0, int(props["warpSize"]))
         else:
-            _DEVICE[dev] = ("CUDA", int(props["major"]) >= 9, int(props["warpSize"]))
+            major = int(props["major"])
+            _DEVICE[dev] = ("CUDA", 0 if major < 9 else MAX_CLUSTER if major <= 10 else PORTABLE_CLUSTER,
+                            int(props["warpSize"]))
     return _DEVICE[dev]
 
 
-def kernel(name: str):
-    """The compiled template instance `name` (one RawModule per instance, compiled once)."""
+NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute
+
+
+def kernel(name: str, cluster: int = 0):
+    """The compiled template instance `name` (one RawModule per instance, compiled once). A cluster
+    kernel of more than 8 blocks is allowed its non-portable size here."""
     import cupy
 
     if name not in _MODULES:
@@ -225,7 +244,10 @@ def kernel(name: str):
         src = (native.ROOT / SOURCE[vendor]).read_text()
         mod = cupy.RawModule(code=src, options=tuple(native._options(native.DEFAULT_ITEMS)),
                              name_expressions=[name], backend="hiprtc" if vendor == "HIP" else "nvrtc")
-        _MODULES[name] = mod.get_function(name)
+        fn = mod.get_function(name)
+        if cluster > PORTABLE_CLUSTER:
+            cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        _MODULES[name] = fn
     return _MODULES[name]
 
 
@@ -262,11 +284,12 @@ def softmax(x, out=None, **override):
     if out is None:
         out = native._empty_like(x)
     vendor, clusters, warp_size = device_info()
+    clusters = min(clusters, override.pop("clusters", clusters))  # a smaller limit, for tests
     n = VEC_BYTES // DTYPES[dtype][1]
     px, py = _pointer(x), _pointer(out)
     aligned = cols % n == 0 and px % VEC_BYTES == 0 and py % VEC_BYTES == 0
     p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, **override)
-    fn = kernel(p.kernel)
+    fn = kernel(p.kernel, p.params[1] if p.strategy == "cluster" else 0)
     if p.shared_bytes > 48 * 1024 and fn.max_dynamic_shared_size_bytes < p.shared_bytes:
         fn.max_dynamic_shared_size_bytes = p.shared_bytes  # opt in to more than 48 KB per block
     fn((p.grid,), (p.threads,), (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols)) + p.extra_args,

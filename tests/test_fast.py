@@ -30,29 +30,35 @@ def test_plan_covers_the_row_and_fits_the_hardware(dtype, cols):
     p = fast.plan(cols, dtype, rows)
     n = 16 // (4 if dtype == "float32" else 2)
     ctype, ints, aligned = _args(p.kernel)
-    assert ctype == fast.DTYPES[dtype][0] and aligned == (cols % n == 0)
+    assert ctype == fast.DTYPES[dtype][0] and aligned == (cols % n == 0) and tuple(ints) == p.params
     assert 32 <= p.threads <= 1024 and p.threads % 32 == 0
     if p.strategy == "warp":
         vecs, group, rpt = ints
         assert group & (group - 1) == 0 and group <= 32 and vecs * group * n >= cols
-        assert p.grid * p.rows_per_block >= rows
+        assert p.grid * p.rows_each >= rows
     elif p.strategy == "block":
         vecs, bound = ints
         assert p.threads * vecs * n >= cols and p.threads <= bound and p.grid == rows
     elif p.strategy == "cluster":
-        vecs, cluster, bound = ints
-        assert cluster in fast.CLUSTERS and cluster * p.threads * vecs * n >= cols
-        assert p.threads <= bound and p.grid == -(-rows // p.rows_per_block) * cluster
-        assert p.shared_bytes == (p.threads * vecs * 16 if aligned else 0) and p.shared_bytes <= 227 * 1024
+        vecs, cluster, bound, stages = ints
+        assert cluster in (2, 4, 8, 16) and cluster * p.threads * vecs * n >= cols
+        assert p.threads <= bound and p.grid == -(-rows // p.rows_each) * cluster
+        assert p.shared_bytes == (stages * p.threads * vecs * 16 if aligned else 0) and p.shared_bytes <= 227 * 1024
     else:
         assert p.strategy == "2pass" and p.grid == rows
 
 
 def test_strategy_follows_the_row_length():
-    s = {c: fast.plan(c, "float32").strategy for c in (128, 256, 512, 16384, 32768, 262144, 262145)}
+    s = {c: fast.plan(c, "float32").strategy for c in (128, 256, 512, 16384, 32768, 262144, 524288, 524289)}
     assert s == {128: "warp", 256: "warp", 512: "block", 16384: "block", 32768: "cluster", 262144: "cluster",
-                 262145: "2pass"}
-    assert fast.plan(262144, "bfloat16").strategy == "cluster"
+                 524288: "cluster", 524289: "2pass"}
+    assert fast.plan(524288, "bfloat16").strategy == "cluster"
+    # rows past 131072 fp32 / 65536 bf16 take a cluster of 16 (H100/H200); where only the portable
+    # 8 is available, 8 blocks hold rows up to 262144 and longer ones are read twice
+    assert fast.plan(262144, "float32").params[1] == 16 and fast.plan(131072, "float32").params[1] == 8
+    assert fast.plan(262144, "float32", clusters=8).params[:2] == (8, 8)
+    assert fast.plan(262144, "bfloat16", clusters=8).params[:2] == (8, 8)
+    assert fast.plan(262145, "float32", clusters=8).strategy == "2pass"
     # without clusters (AMD, pre-Hopper NVIDIA) long rows are read twice; 64-lane wavefronts
     # round block sizes to 64
     p = fast.plan(65536, "float32", clusters=False, warp_size=64)
@@ -64,7 +70,7 @@ def test_strategy_follows_the_row_length():
 
 def test_plan_explains_itself():
     d = fast.plan(262144, "float32", 1024).describe()
-    assert "cluster" in d and "8 blocks" in d
+    assert "cluster" in d and "16 blocks x 512 threads x 8 vectors" in d and "1 staged ahead" in d
 
 
 @pytest.mark.parametrize("x, err, words", [
@@ -253,14 +259,25 @@ def test_a_forced_strategy_that_cannot_hold_the_row_is_refused():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows, k", [(1, 4), (7, 3), (9, 4), (16, 1)])
-@pytest.mark.parametrize("cols", [32768, 65537])
-def test_cluster_rows_per_cluster_and_the_staged_next_row(rows, k, cols):
-    """Each cluster handles k consecutive rows, loading the next one into shared memory while it
-    reduces the current one (aligned rows) or loading directly (cols = 65537 is misaligned)."""
+@pytest.mark.parametrize("rows, k", [(1, 4), (7, 3), (9, 4), (16, 1), (17, 8)])
+@pytest.mark.parametrize("dtype, cols, clusters", [
+    ("float32", 32768, 16),    # 8 blocks, the next row staged
+    ("float32", 65537, 16),    # misaligned: loaded directly, nothing staged
+    ("bfloat16", 32768, 16),   # 8 blocks, two rows staged
+    ("float32", 262144, 16),   # 16 blocks (non-portable cluster)
+    ("float32", 262144, 8),    # the portable fallback: 8 blocks of 1024 threads
+    ("bfloat16", 131072, 8),
+])
+def test_cluster_rows_per_cluster_staging_and_cluster_sizes(rows, k, dtype, cols, clusters):
+    """Each cluster handles k consecutive rows, copying the next ones into shared memory while it
+    reduces the current one, and exchanges (m, s) through one mailbox per block whose two halves
+    alternate between rows: odd and even k, a cluster with a single row, rows not a multiple of k."""
     import torch
 
-    x = torch.randn(rows, cols, device="cuda") * 4
+    dt = getattr(torch, dtype)
+    x = (torch.randn(rows, cols, device="cuda") * 4).to(dt)
     y = torch.full_like(x, float("nan"))
-    fast.softmax(x, out=y, strategy="cluster", rows_per_cluster=k)
-    assert _max_rel_err(y, torch.softmax(x.double(), -1), torch.float32) <= 2e-5
+    fast.softmax(x, out=y, strategy="cluster", rows_per_cluster=k, clusters=clusters)
+    assert fast.plan(cols, dtype, rows, clusters=clusters, strategy="cluster").params[1] == (16 if clusters == 16 and cols == 262144 else 8)
+    tol = 2e-5 if dtype == "float32" else 1.6e-2
+    assert _max_rel_err(y, torch.softmax(x.double(), -1), dt) <= tol
