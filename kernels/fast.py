@@ -33,15 +33,18 @@ MAX_CLUSTER = 16
 # then several SMs per row, then two reads.
 TABLE = {
     4: dict(warp_max_rv=64,      # up to 256 fp32: 2 vectors (8 floats) per lane
-            block_vecs=(2, 4, 8), block_max_threads=512,   # up to 16384 fp32
+            # block tiers (vecs, most threads): 2 vectors a thread while 512 threads hold the row,
+            # then 4, 8; then 1024 threads of 8 (up to 32768 fp32, 98 % of copy where a cluster
+            # of 8 reached 93 %)
+            block_tiers=((2, 512), (4, 512), (8, 512), (8, 1024)),
             # cluster tiers (vecs, cluster, most threads a block, rows staged ahead): the first
             # that holds the row wins. 8 blocks up to 131072 fp32, 16 blocks up to 524288; the
-            # last tier serves devices limited to 8 blocks (up to 262144).
+            # last tier serves devices limited to 8 blocks (up to 262144 fp32).
             cluster_tiers=((8, 8, 512, 1), (8, 16, 1024, 1), (8, 8, 1024, 1)),
             rows_per_cluster=4,
             twopass_vecs=4),
     2: dict(warp_max_rv=128,     # up to 1024 bf16: 2 or 4 vectors (16 or 32 values) per lane
-            block_vecs=(2, 4), block_max_threads=512,      # up to 16384 bf16
+            block_tiers=((2, 512), (4, 512)),             # up to 16384 bf16
             # 8 blocks of 4 vectors and two rows staged up to 65536 bf16, then 16 blocks of 8 up
             # to 524288 (8 blocks of 8 where 16 is not available: up to 262144)
             cluster_tiers=((4, 8, 256, 2), (8, 16, 512, 1), (8, 8, 512, 1)),
@@ -101,9 +104,11 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
                     WARP_THREADS, per_block, f"{rv} vectors per row: {group} lanes x {vecs} vectors")
     # 2. medium rows: a block per row
     if want in (None, "block"):
-        for vecs in ([override["vecs"]] if "vecs" in override else t["block_vecs"]):
+        strict = list(dict.fromkeys((override.get("vecs", v), limit) for v, limit in t["block_tiers"]))
+        relaxed = [(v, 1024) for v, _ in strict] if want == "block" else []
+        for vecs, limit in strict + relaxed:
             threads = override.get("threads", _round_up(-(-rv // vecs), warp_size))
-            if threads <= t["block_max_threads"] or (want == "block" and threads <= 1024):
+            if threads <= limit:
                 params = (vecs, _bound(threads))
                 return Plan("block", _instance("block", ctype, params, al), params, rows, threads, 1,
                             f"{rv} vectors per row: {threads} threads x {vecs} vectors")

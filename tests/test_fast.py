@@ -49,9 +49,10 @@ def test_plan_covers_the_row_and_fits_the_hardware(dtype, cols):
 
 
 def test_strategy_follows_the_row_length():
-    s = {c: fast.plan(c, "float32").strategy for c in (128, 256, 512, 16384, 32768, 262144, 524288, 524289)}
-    assert s == {128: "warp", 256: "warp", 512: "block", 16384: "block", 32768: "cluster", 262144: "cluster",
-                 524288: "cluster", 524289: "2pass"}
+    s = {c: fast.plan(c, "float32").strategy for c in (128, 256, 512, 16384, 32768, 32769, 262144, 524288, 524289)}
+    assert s == {128: "warp", 256: "warp", 512: "block", 16384: "block", 32768: "block", 32769: "cluster",
+                 262144: "cluster", 524288: "cluster", 524289: "2pass"}
+    assert fast.plan(32768, "bfloat16").strategy == "cluster"
     assert fast.plan(524288, "bfloat16").strategy == "cluster"
     # rows past 131072 fp32 / 65536 bf16 take a cluster of 16 (H100/H200); where only the portable
     # 8 is available, 8 blocks hold rows up to 262144 and longer ones are read twice
