@@ -97,7 +97,7 @@ __device__ __forceinline__ unsigned cluster_map(unsigned addr, unsigned rank) {
 }
 // mbarrier: a shared-memory word that completes a phase when its expected arrivals and bytes are in.
 // mbar_expect() is the one arrival of a phase and announces how many bytes will land in it; a
-// message (cluster_send_float2) may land before or after the announcement.
+// message (cluster_send_float4) may land before or after the announcement.
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(bar)), "r"(arrivals) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the other blocks
@@ -112,11 +112,12 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
       " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       " @!done bra MBAR_WAIT_%=;\n}\n" ::"r"(smem_address(bar)), "r"(parity) : "memory");
 }
-// One-sided message: write two floats into `slot` of block `rank` and count their 8 bytes on that
-// block's `bar` (both given by their address in our own shared memory). No barrier, no waiting.
-__device__ __forceinline__ void cluster_send_float2(float2* slot, unsigned long long* bar, unsigned rank, float2 v) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
-               ::"r"(cluster_map(smem_address(slot), rank)), "f"(v.x), "f"(v.y), "r"(cluster_map(smem_address(bar), rank))
+// One-sided message: write four 32-bit words into `slot` of block `rank` and count their 16 bytes on
+// that block's `bar` (both given by their address in our own shared memory). No barrier, no waiting.
+__device__ __forceinline__ void cluster_send_float4(float4* slot, unsigned long long* bar, unsigned rank, float4 v) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
+               ::"r"(cluster_map(smem_address(slot), rank)), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w),
+                 "r"(cluster_map(smem_address(bar), rank))
                : "memory");
 }
 // Asynchronous 16-byte copies global -> shared (sm_80+), cached in L2 only: the loads of the next

@@ -12,8 +12,8 @@
 //   softmax_fast_warp      GROUP lanes of a warp         registers             xor shuffles in the group
 //   softmax_fast_block     one block                     registers             shuffles + shared memory
 //   softmax_fast_cluster   a cluster of CLUSTER blocks   registers of CLUSTER  + one message per block
-//                          (sm_90; 2 to 16)              SMs                     into every block's shared
-//                                                                                memory (st.async + mbarrier)
+//                          (sm_90; 2 to 16), as many     SMs                     into every block's shared
+//                          as fit, rows by ticket                                memory (st.async + mbarrier)
 //   softmax_fast_2pass     one block                     nowhere: read twice   shuffles + shared memory
 //
 // Common to all: 16-byte vector loads and stores (4 fp32 or 8 fp16/bf16), an element-by-element path
@@ -212,27 +212,34 @@ softmax_fast_block(const T* __restrict__ x, T* __restrict__ y, int rows, int col
 
 #if A07_HAS_CLUSTERS
 // The row's (M, S) from every block's (m, s), through distributed shared memory, without a cluster
-// barrier: each block posts its pair into slot [its rank] of every block's inbox (st.async), and
-// each block's mbarrier completes once all CLUSTER pairs (8 bytes each) have landed. Every warp then
-// merges the pairs with the same combine() (lane l reads pair l % CLUSTER, a butterfly over CLUSTER
-// lanes). Two inboxes alternate between rows: a block can post row i + 2 only after every block
-// has posted row i + 1, which each does only after reading its inbox for row i.
+// barrier: each block posts a 16-byte message (m, s, the next row claimed, unused) into slot [its
+// rank] of every block's inbox (st.async), and each block's mbarrier completes once all CLUSTER
+// messages have landed. Every warp then merges the pairs with the same combine() (lane l reads
+// pair l % CLUSTER, a butterfly over CLUSTER lanes). Two inboxes alternate between rows: a block
+// can post row i + 2 only after every block has posted row i + 1, which each does only after
+// reading its inbox for row i.
 template <int CLUSTER>
 struct Mailbox {
-  float2 pair[2][CLUSTER];
+  float4 msg[2][CLUSTER];
   unsigned long long full[2];
+  int claimed[2];  // block 0's thread 0 parks the row it claimed here for its senders (the same
+                   // alternation keeps it from being overwritten before they have read it)
 
   __device__ __forceinline__ void init() {
     if (threadIdx.x == 0) mbar_init(&full[0], 1), mbar_init(&full[1], 1);
   }
-  // Call from every thread of the block, for the block's i-th row, with the block's (m, s).
-  __device__ __forceinline__ MS exchange(MS block_state, int i) {
+  // Call from every thread of the block, for the block's i-th row, with the block's (m, s), after
+  // a block barrier that follows the claim (block_combine() has two). Returns the row's (M, S);
+  // `claim` becomes the row block 0 claimed.
+  __device__ __forceinline__ MS exchange(MS block_state, int i, int& claim) {
     const int box = i & 1;
-    if (threadIdx.x == 0) mbar_expect(&full[box], CLUSTER * sizeof(float2));
+    if (threadIdx.x == 0) mbar_expect(&full[box], CLUSTER * sizeof(float4));
     if (threadIdx.x < CLUSTER)
-      cluster_send_float2(&pair[box][cluster_rank()], &full[box], threadIdx.x, make_float2(block_state.m, block_state.s));
+      cluster_send_float4(&msg[box][cluster_rank()], &full[box], threadIdx.x,
+                          make_float4(block_state.m, block_state.s, __int_as_float(claimed[box]), 0.0f));
     mbar_wait(&full[box], (i >> 1) & 1);
-    const float2 p = pair[box][threadIdx.x % warpSize % CLUSTER];
+    const float4 p = msg[box][threadIdx.x % warpSize % CLUSTER];
+    claim = __float_as_int(msg[box][0].z);
     return group_combine<CLUSTER>(MS{p.x, p.y});
   }
 };
@@ -241,40 +248,60 @@ struct Mailbox {
 // block reduces its share to one (m, s); the Mailbox merges the blocks' pairs. The row is read once
 // and written once however long it is, up to CLUSTER * blockDim.x * VECS vectors. CLUSTER may be
 // 16 (non-portable: the launcher sets the function attribute that allows it).
-// A cluster handles rows_per_cluster consecutive rows. For ALIGNED rows, the next STAGES rows'
-// shares are copied asynchronously into shared memory (the dynamic `stage`, STAGES slots of
-// blockDim.x * VECS vectors) while the current one is reduced and written.
+//
+// The grid is what fits on the GPU at once (the launcher asks the driver), and the clusters share
+// the rows dynamically: each cluster's first STAGES + 1 rows are fixed (c, c + clusters, ...), every
+// later one comes from a ticket counter (`tickets`, zeroed by the launcher): block 0 claims one per
+// row and its exchange message hands it to every block of the cluster. Why not simpler:
+//   - one row per cluster launch pays two cluster barriers per row (10-30 % on the H200);
+//   - fixed shares (cluster c takes rows c, c + clusters, ...) make the slowest SM's share the
+//     kernel's time: 3-6 % slower than tickets.
+// STAGES > 0 (ALIGNED rows only): the next STAGES rows' shares are copied asynchronously into shared
+// memory (`stage`, STAGES slots of blockDim.x * VECS vectors) while the current one is reduced and
+// written. 16-bit rows need that to keep enough bytes in flight; fp32 rows load straight into
+// registers (STAGES = 0), which measured faster.
 template <class T, int VECS, int CLUSTER, int MAX_THREADS, int STAGES, bool ALIGNED>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(MAX_THREADS)
-softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int rows_per_cluster) {
+softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int* __restrict__ tickets) {
+  constexpr bool STAGED = ALIGNED && STAGES > 0;
   extern __shared__ uint4 stage[];
   __shared__ Mailbox<CLUSTER> mail;
   using Part = RowPart<T, VECS, ALIGNED>;
   const int G = blockDim.x * CLUSTER, t = cluster_rank() * blockDim.x + threadIdx.x;
-  const int first = blockIdx.x / CLUSTER * rows_per_cluster;
-  const int n = min(rows_per_cluster, rows - first);  // rows of this cluster
   const int slot = blockDim.x * VECS;
+  // The rows this cluster handles now and next (STAGES of them are in flight into shared memory):
+  // the first STAGES + 1 are fixed, every later one is claimed with a ticket.
+  int ahead[STAGES + 1];
+#pragma unroll
+  for (int k = 0; k <= STAGES; ++k) ahead[k] = blockIdx.x / CLUSTER + k * (gridDim.x / CLUSTER);
   mail.init();
   cluster_arrive();  // every block's mailbox is set up before anyone posts to it
   cluster_wait();
+  if constexpr (STAGED) {
 #pragma unroll
-  for (int k = 0; k < STAGES; ++k)
-    if (ALIGNED && k < n) Part::stage_async(stage + k * slot, x + (long long)(first + k) * cols, cols, t, G);
-    else if (ALIGNED) async_commit();  // an empty group keeps the count of groups in flight fixed
-  for (int i = 0; i < n; ++i) {
-    const long long row = first + i;
+    for (int k = 0; k < STAGES; ++k)
+      if (ahead[k] < rows) Part::stage_async(stage + k * slot, x + (long long)ahead[k] * cols, cols, t, G);
+      else async_commit();  // an empty group keeps the count of groups in flight fixed
+  }
+  for (int i = 0; ahead[0] < rows; ++i) {
+    if (cluster_rank() == 0 && threadIdx.x == 0)  // the row after ahead[STAGES]
+      mail.claimed[i & 1] = (STAGES + 1) * (gridDim.x / CLUSTER) + atomicAdd(tickets, 1);
     Part part;
-    if (ALIGNED) {
-      uint4* mine_slot = stage + i % STAGES * slot;
-      part.template load_staged<STAGES - 1>(mine_slot, cols, t, G);
-      if (i + STAGES < n) Part::stage_async(mine_slot, x + (row + STAGES) * cols, cols, t, G);
+    if constexpr (STAGED) {
+      uint4* mine = stage + i % STAGES * slot;
+      part.template load_staged<STAGES - 1>(mine, cols, t, G);
+      if (ahead[STAGES] < rows) Part::stage_async(mine, x + (long long)ahead[STAGES] * cols, cols, t, G);
       else async_commit();
     } else {
-      part.load(x + row * cols, cols, t, G);
+      part.load(x + (long long)ahead[0] * cols, cols, t, G);
     }
     const MS mine = part.stats();
-    const MS total = mail.exchange(block_combine(mine), i);
-    part.store(y + row * cols, cols, t, G, mine.m, total);
+    int claimed;
+    const MS total = mail.exchange(block_combine(mine), i, claimed);
+    part.store(y + (long long)ahead[0] * cols, cols, t, G, mine.m, total);
+#pragma unroll
+    for (int k = 0; k < STAGES; ++k) ahead[k] = ahead[k + 1];
+    ahead[STAGES] = claimed;
   }
   cluster_arrive();  // no block leaves while a message to it could still be on its way
   cluster_wait();
@@ -318,8 +345,9 @@ template __global__ void softmax_fast_block<f16_t, 4, 64, false> A07_FAST_ARGS(f
 template __global__ void softmax_fast_2pass<float, 4, true> A07_FAST_ARGS(float);
 template __global__ void softmax_fast_2pass<bf16_t, 1, false> A07_FAST_ARGS(bf16_t);
 #if A07_HAS_CLUSTERS
-#define A07_CLUSTER_ARGS(T) (const T* __restrict__, T* __restrict__, int, int, int)
-template __global__ void softmax_fast_cluster<float, 8, 8, 512, 1, true> A07_CLUSTER_ARGS(float);
+#define A07_CLUSTER_ARGS(T) (const T* __restrict__, T* __restrict__, int, int, int* __restrict__)
+template __global__ void softmax_fast_cluster<float, 8, 2, 1024, 0, true> A07_CLUSTER_ARGS(float);
+template __global__ void softmax_fast_cluster<bf16_t, 8, 16, 256, 1, true> A07_CLUSTER_ARGS(bf16_t);
 template __global__ void softmax_fast_cluster<bf16_t, 4, 8, 256, 2, true> A07_CLUSTER_ARGS(bf16_t);
 template __global__ void softmax_fast_cluster<f16_t, 8, 16, 512, 1, false> A07_CLUSTER_ARGS(f16_t);
 #endif

@@ -26,6 +26,7 @@ GROUP_MAX = 32      # lanes per row in the warp strategy (also fits a 64-lane AM
 WARP_THREADS = 128  # block size of the warp strategy (its __launch_bounds__)
 PORTABLE_CLUSTER = 8  # the largest cluster every sm_90 device runs; H100/H200 also run 16
 MAX_CLUSTER = 16
+SMS = 132             # plan()'s default device for sizing cluster grids: an H100/H200
 
 # The strategy table, per element size (4: fp32, 2: fp16/bf16), in 16-byte vectors per row (rv).
 # Every number is a measurement on the H200 (results/nvidia-h200/NOTES.md has the sweeps); the
@@ -38,17 +39,21 @@ TABLE = {
             # of 8 reached 93 %)
             block_tiers=((2, 512), (4, 512), (8, 512), (8, 1024)),
             # cluster tiers (vecs, cluster, most threads a block, rows staged ahead): the first
-            # that holds the row wins. 8 blocks up to 131072 fp32, 16 blocks up to 524288; the
-            # last tier serves devices limited to 8 blocks (up to 262144 fp32).
-            cluster_tiers=((8, 8, 512, 1), (8, 16, 1024, 1), (8, 8, 1024, 1)),
-            rows_per_cluster=4,
+            # that holds the row wins. Always 8 vectors (32 floats) a thread, loaded straight into
+            # registers (staging through shared memory lost 4-10 points): 2 blocks of 1024 up to
+            # 65536 fp32, 4 up to 131072, 16 of 512 up to 262144, 16 of 1024 up to 524288; the last
+            # tier serves devices limited to 8 blocks (up to 262144 fp32).
+            cluster_tiers=((8, 2, 1024, 0), (8, 4, 1024, 0), (8, 16, 512, 0), (8, 16, 1024, 0), (8, 8, 1024, 0)),
             twopass_vecs=4),
     2: dict(warp_max_rv=128,     # up to 1024 bf16: 2 or 4 vectors (16 or 32 values) per lane
             block_tiers=((2, 512), (4, 512)),             # up to 16384 bf16
-            # 8 blocks of 4 vectors and two rows staged up to 65536 bf16, then 16 blocks of 8 up
-            # to 524288 (8 blocks of 8 where 16 is not available: up to 262144)
-            cluster_tiers=((4, 8, 256, 2), (8, 16, 512, 1), (8, 8, 512, 1)),
-            rows_per_cluster=8,
+            # A 16-bit row held as floats takes twice its size in registers, so a thread holds at
+            # most 64 KB worth per SM: the next row is staged in shared memory while this one is
+            # reduced (straight loads: 60 % of copy). 2 blocks of 256 x 8 vectors up to 32768,
+            # 2 of 1024 x 4 up to 65536, 8 of 256 x 8 up to 131072, 16 up to 262144, 16 of 512
+            # up to 524288 (8 of 512 where 16 is not available: up to 262144).
+            cluster_tiers=((8, 2, 256, 1), (4, 2, 1024, 1), (8, 8, 256, 1), (8, 16, 256, 1), (8, 16, 512, 1),
+                           (8, 8, 512, 1)),
             twopass_vecs=1),
 }
 
@@ -60,10 +65,9 @@ class Plan:
     params: tuple        # its integer template arguments, e.g. (2, 16, 1): vecs, group, rows per thread
     grid: int
     threads: int
-    rows_each: int       # rows one block handles (warp, block, 2pass), or one cluster (cluster)
+    rows_each: int       # rows one block handles (warp, block, 2pass), or one cluster on average (cluster)
     why: str
-    shared_bytes: int = 0     # dynamic shared memory (the cluster kernel's staging slots)
-    extra_args: tuple = ()    # launch arguments after (x, y, rows, cols)
+    shared_bytes: int = 0     # dynamic shared memory (the cluster kernel's staging slot)
 
     def describe(self) -> str:
         return f"{self.strategy:<7} {self.kernel:<46} grid {self.grid:>8} x {self.threads:>4} threads  ({self.why})"
@@ -78,13 +82,15 @@ def _instance(name: str, ctype: str, params: tuple, aligned: str) -> str:
 
 
 def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MAX_CLUSTER, warp_size: int = 32,
-         aligned: bool | None = None, **override) -> Plan:
+         aligned: bool | None = None, resident=None, **override) -> Plan:
     """The strategy for a (rows, cols) softmax of `dtype`. `clusters`: the largest thread-block
     cluster the device runs (0 or False: none, as on AMD and NVIDIA before sm_90; 8: portable;
     16: H100/H200). `aligned`: rows start on 16-byte boundaries (default: cols is a multiple of
     the vector width, as for any freshly allocated tensor); otherwise the kernel loads element by
-    element. Keyword overrides (strategy, vecs, group, rows_per_thread, cluster, threads, stages,
-    rows_per_cluster) are for tuning experiments and tests."""
+    element. `resident(kernel, cluster, threads, shared_bytes)`: how many clusters of that kernel fit on
+    the GPU at once (softmax() asks the driver; by default SMS // blocks per cluster, the H200's
+    132 SMs at one block each). Keyword overrides (strategy, vecs, group, rows_per_thread, cluster,
+    threads, stages) are for tuning experiments and tests."""
     if dtype not in DTYPES:
         raise TypeError(f"dtype {dtype} not supported; the fast softmax takes {', '.join(DTYPES)}")
     ctype, size = DTYPES[dtype]
@@ -112,7 +118,8 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
                 params = (vecs, _bound(threads))
                 return Plan("block", _instance("block", ctype, params, al), params, rows, threads, 1,
                             f"{rv} vectors per row: {threads} threads x {vecs} vectors")
-    # 3. long rows: a cluster of blocks per row, (m, s) exchanged through distributed shared memory
+    # 3. long rows: a cluster of blocks per row, (m, s) exchanged through distributed shared memory;
+    #    as many clusters as fit at once, sharing the rows through a ticket counter
     if max_cluster >= 2 and want in (None, "cluster"):
         tiers = [(override.get("vecs", v), override.get("cluster", c), lim, override.get("stages", st))
                  for v, c, lim, st in t["cluster_tiers"]]
@@ -122,15 +129,15 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
         for (vecs, cluster, _, stages), limit in strict + relaxed:
             threads = override.get("threads", _round_up(-(-rv // (vecs * cluster)), warp_size))
             if threads <= limit and cluster <= max_cluster and cluster * threads * vecs >= rv:
-                k = override.get("rows_per_cluster", t["rows_per_cluster"])
-                if al == "false":
-                    stages = 0  # misaligned rows are loaded directly, nothing is staged
-                params = (vecs, cluster, _bound(threads), max(stages, 1))
-                return Plan("cluster", _instance("cluster", ctype, params, al), params, -(-rows // k) * cluster,
-                            threads, k,
+                stages = stages if al == "true" else 0  # misaligned rows are loaded directly
+                params = (vecs, cluster, _bound(threads), stages)
+                name = _instance("cluster", ctype, params, al)
+                shared = stages * threads * vecs * VEC_BYTES
+                fit = resident(name, cluster, threads, shared) if resident else max(1, SMS // cluster)
+                n = max(1, min(rows, fit))
+                return Plan("cluster", name, params, n * cluster, threads, -(-rows // n),
                             f"{rv} vectors per row: {cluster} blocks x {threads} threads x {vecs} vectors, "
-                            f"{k} rows per cluster" + (f", {stages} staged ahead" if stages else ""),
-                            stages * threads * vecs * VEC_BYTES, (np.int32(k),))
+                            f"{n} clusters share the rows" + (", next row staged" if stages else ""), shared)
     if want in ("block", "cluster"):
         raise ValueError(f"no {want} configuration holds {cols} columns of {dtype} in registers")
     # 4. anything else: read the row twice
@@ -220,8 +227,8 @@ _DEVICE: dict = {}
 
 def device_info():
     """(vendor, largest cluster, warp_size) of the current device, asked once. Clusters: 0 on AMD
-    and on NVIDIA before sm_90; 16 on sm_90/sm_100 (H100, H200, B200: a non-portable size the
-    launcher opts in to); 8 (the portable size) on later architectures."""
+    and on NVIDIA before sm_90; 16 on sm_90 (H100, H200: a non-portable size the launcher opts in
+    to, seen working on the H200); 8 (the portable size) on later architectures, until measured."""
     import cupy
 
     dev = cupy.cuda.Device().id
@@ -231,7 +238,7 @@ def device_info():
             _DEVICE[dev] = ("HIP", 0, int(props["warpSize"]))
         else:
             major = int(props["major"])
-            _DEVICE[dev] = ("CUDA", 0 if major < 9 else MAX_CLUSTER if major <= 10 else PORTABLE_CLUSTER,
+            _DEVICE[dev] = ("CUDA", 0 if major < 9 else MAX_CLUSTER if major == 9 else PORTABLE_CLUSTER,
                             int(props["warpSize"]))
     return _DEVICE[dev]
 
@@ -239,9 +246,10 @@ def device_info():
 NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute
 
 
-def kernel(name: str, cluster: int = 0):
+def kernel(name: str, cluster: int = 0, shared_bytes: int = 0):
     """The compiled template instance `name` (one RawModule per instance, compiled once). A cluster
-    kernel of more than 8 blocks is allowed its non-portable size here."""
+    kernel of more than 8 blocks is allowed its non-portable size here, and any kernel the dynamic
+    shared memory it asks for (beyond 48 KB is an opt-in)."""
     import cupy
 
     if name not in _MODULES:
@@ -253,7 +261,38 @@ def kernel(name: str, cluster: int = 0):
         if cluster > PORTABLE_CLUSTER:
             cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
         _MODULES[name] = fn
-    return _MODULES[name]
+    fn = _MODULES[name]
+    if shared_bytes > 48 * 1024 and fn.max_dynamic_shared_size_bytes < shared_bytes:
+        fn.max_dynamic_shared_size_bytes = shared_bytes
+    return fn
+
+
+_RESIDENT: dict = {}
+
+
+def resident_clusters(name: str, cluster: int, threads: int, shared_bytes: int) -> int:
+    """How many clusters of this kernel the GPU runs at once, from the driver
+    (cuOccupancyMaxActiveClusters): clusters live inside one GPC, so this is not simply SMs /
+    cluster (an H200 fits 14 clusters of 16 and 15 of 8 one-block-per-SM ones, not 16)."""
+    import cupy
+
+    key = (cupy.cuda.Device().id, name, threads, shared_bytes)
+    if key not in _RESIDENT:
+        import ctypes
+
+        class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+            _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                        ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("nattrs", ctypes.c_uint)]
+
+        fn = kernel(name, cluster, shared_bytes)
+        cfg = LaunchConfig((ctypes.c_uint * 3)(cluster, 1, 1), (ctypes.c_uint * 3)(threads, 1, 1), shared_bytes)
+        n = ctypes.c_int(0)
+        rc = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters(
+            ctypes.byref(n), ctypes.c_void_p(fn.kernel.ptr), ctypes.byref(cfg))
+        if rc != 0 or n.value < 1:
+            raise RuntimeError(f"cuOccupancyMaxActiveClusters failed (CUresult {rc}) for {name} x {threads} threads")
+        _RESIDENT[key] = n.value
+    return _RESIDENT[key]
 
 
 def check(x, out=None):
@@ -284,7 +323,8 @@ def _pointer(a) -> int:
 
 def softmax(x, out=None, **override):
     """Row softmax of x with the strategy plan() picks; fp32 statistics for every dtype. A row of
-    all -inf comes back as zeros."""
+    all -inf comes back as zeros. Overrides as for plan(), plus `clusters` (a smaller cluster limit)
+    and `resident` (launch at most this many clusters), for tests and tuning."""
     rows, cols, dtype = check(x, out)
     if out is None:
         out = native._empty_like(x)
@@ -293,10 +333,16 @@ def softmax(x, out=None, **override):
     n = VEC_BYTES // DTYPES[dtype][1]
     px, py = _pointer(x), _pointer(out)
     aligned = cols % n == 0 and px % VEC_BYTES == 0 and py % VEC_BYTES == 0
-    p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, **override)
-    fn = kernel(p.kernel, p.params[1] if p.strategy == "cluster" else 0)
-    if p.shared_bytes > 48 * 1024 and fn.max_dynamic_shared_size_bytes < p.shared_bytes:
-        fn.max_dynamic_shared_size_bytes = p.shared_bytes  # opt in to more than 48 KB per block
-    fn((p.grid,), (p.threads,), (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols)) + p.extra_args,
-       shared_mem=p.shared_bytes)
+    most = override.pop("resident", None)
+    fit = resident_clusters if most is None else (lambda *a: min(int(most), resident_clusters(*a)))
+    p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, resident=fit, **override)
+    cluster = p.strategy == "cluster"
+    fn = kernel(p.kernel, p.params[1] if cluster else 0, p.shared_bytes)
+    args = (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols))
+    if cluster:
+        import cupy
+
+        tickets = cupy.zeros(1, dtype=np.int32)  # per call: launches on other streams may overlap
+        args += (tickets,)
+    fn((p.grid,), (p.threads,), args, shared_mem=p.shared_bytes)
     return out

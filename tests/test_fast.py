@@ -42,7 +42,8 @@ def test_plan_covers_the_row_and_fits_the_hardware(dtype, cols):
     elif p.strategy == "cluster":
         vecs, cluster, bound, stages = ints
         assert cluster in (2, 4, 8, 16) and cluster * p.threads * vecs * n >= cols
-        assert p.threads <= bound and p.grid == -(-rows // p.rows_each) * cluster
+        clusters = min(rows, fast.SMS // cluster)  # plan()'s default guess of what fits at once
+        assert p.threads <= bound and p.grid == clusters * cluster and clusters * p.rows_each >= rows
         assert p.shared_bytes == (stages * p.threads * vecs * 16 if aligned else 0) and p.shared_bytes <= 227 * 1024
     else:
         assert p.strategy == "2pass" and p.grid == rows
@@ -54,9 +55,10 @@ def test_strategy_follows_the_row_length():
                  262144: "cluster", 524288: "cluster", 524289: "2pass"}
     assert fast.plan(32768, "bfloat16").strategy == "cluster"
     assert fast.plan(524288, "bfloat16").strategy == "cluster"
-    # rows past 131072 fp32 / 65536 bf16 take a cluster of 16 (H100/H200); where only the portable
-    # 8 is available, 8 blocks hold rows up to 262144 and longer ones are read twice
-    assert fast.plan(262144, "float32").params[1] == 16 and fast.plan(131072, "float32").params[1] == 8
+    # clusters grow with the row: 2 blocks up to 65536 fp32, 4 up to 131072, then 16 (H100/H200);
+    # where only the portable 8 is available, 8 blocks hold rows up to 262144, longer ones are read twice
+    assert [fast.plan(c, "float32").params[1] for c in (65536, 131072, 262144)] == [2, 4, 16]
+    assert [fast.plan(c, "bfloat16").params[1] for c in (32768, 65536, 131072, 262144)] == [2, 2, 8, 16]
     assert fast.plan(262144, "float32", clusters=8).params[:2] == (8, 8)
     assert fast.plan(262144, "bfloat16", clusters=8).params[:2] == (8, 8)
     assert fast.plan(262145, "float32", clusters=8).strategy == "2pass"
@@ -71,7 +73,22 @@ def test_strategy_follows_the_row_length():
 
 def test_plan_explains_itself():
     d = fast.plan(262144, "float32", 1024).describe()
-    assert "cluster" in d and "16 blocks x 512 threads x 8 vectors" in d and "1 staged ahead" in d
+    assert "cluster" in d and "16 blocks x 512 threads x 8 vectors" in d and "8 clusters share the rows" in d
+    assert "staged" not in d and "next row staged" in fast.plan(262144, "bfloat16", 1024).describe()
+
+
+def test_cluster_grid_is_what_fits_at_once():
+    """The launcher passes the driver's count of co-resident clusters; the grid never exceeds it,
+    nor the rows."""
+    asked = []
+    def fits(name, cluster, threads, shared):
+        asked.append((name, cluster, threads, shared))
+        return 14
+    p = fast.plan(262144, "float32", 1024, resident=fits)
+    assert asked == [(p.kernel, 16, 512, 0)] and p.grid == 14 * 16 and p.rows_each == -(-1024 // 14)
+    assert fast.plan(262144, "float32", 5, resident=fits).grid == 5 * 16
+    q = fast.plan(131072, "bfloat16", 1000, resident=fits)
+    assert asked[-1] == (q.kernel, 8, 256, 256 * 8 * 16)   # 16-bit rows stage the next row: 32 KB
 
 
 @pytest.mark.parametrize("x, err, words", [
@@ -260,25 +277,28 @@ def test_a_forced_strategy_that_cannot_hold_the_row_is_refused():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows, k", [(1, 4), (7, 3), (9, 4), (16, 1), (17, 8)])
+@pytest.mark.parametrize("rows, resident", [(1, None), (7, 3), (9, 1), (16, 2), (17, 4), (300, None), (301, 5)])
 @pytest.mark.parametrize("dtype, cols, clusters, blocks", [
-    ("float32", 32768, 16, 8),     # 8 blocks, the next row staged
-    ("float32", 65537, 16, 8),     # misaligned: loaded directly, nothing staged
-    ("bfloat16", 32768, 16, 8),    # 8 blocks, two rows staged
+    ("float32", 65536, 16, 2),     # 2 blocks, loaded straight into registers
+    ("float32", 65537, 16, 4),     # misaligned: element loads
+    ("bfloat16", 32768, 16, 2),    # 2 blocks, the next row staged in shared memory
+    ("bfloat16", 65536, 16, 2),
     ("float32", 262144, 16, 16),   # 16 blocks (non-portable cluster)
     ("float32", 262144, 8, 8),     # the portable fallback: 8 blocks of 1024 threads
     ("bfloat16", 131072, 8, 8),
 ])
-def test_cluster_rows_per_cluster_staging_and_cluster_sizes(rows, k, dtype, cols, clusters, blocks):
-    """Each cluster handles k consecutive rows, copying the next ones into shared memory while it
-    reduces the current one, and exchanges (m, s) through one mailbox per block whose two halves
-    alternate between rows: odd and even k, a cluster with a single row, rows not a multiple of k."""
+def test_cluster_tickets_staging_and_cluster_sizes(rows, resident, dtype, cols, clusters, blocks):
+    """Clusters take their first rows by index and the rest by ticket, exchanging (m, s) and the
+    next row through one mailbox per block whose two halves alternate between rows. A grid of one
+    cluster takes every row after its first by ticket; more clusters than rows; rows left over."""
     import torch
 
     dt = getattr(torch, dtype)
     x = (torch.randn(rows, cols, device="cuda") * 4).to(dt)
     y = torch.full_like(x, float("nan"))
-    fast.softmax(x, out=y, strategy="cluster", rows_per_cluster=k, clusters=clusters)
+    fast.softmax(x, out=y, strategy="cluster", clusters=clusters, resident=resident)
     assert fast.plan(cols, dtype, rows, clusters=clusters, strategy="cluster").params[1] == blocks
     tol = 2e-5 if dtype == "float32" else 1.6e-2
+    assert _max_rel_err(y, torch.softmax(x.double(), -1), dt) <= tol
+    fast.softmax(x, out=y, strategy="cluster", clusters=clusters, resident=resident)  # tickets start at 0 again
     assert _max_rel_err(y, torch.softmax(x.double(), -1), dt) <= tol
