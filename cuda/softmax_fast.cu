@@ -284,16 +284,8 @@ softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int c
       else async_commit();  // an empty group keeps the count of groups in flight fixed
   }
   for (int i = 0; ahead[0] < rows; ++i) {
-    // block 0 claims the row after ahead[STAGES]. Where was measured: after issuing straight loads
-    // the atomic's round trip overlaps them instead of holding warp 0, and so the block, back (fp32
-    // 262144: 93 -> 96 % of copy); staged rows did better claiming first (16-bit 65536: 90 against
-    // 88 %), and so do misaligned ones (it spares the element loads a register).
-    constexpr bool CLAIM_FIRST = STAGED || !ALIGNED;
-    const auto claim = [&] {
-      if (cluster_rank() == 0 && threadIdx.x == 0)
-        mail.claimed[i & 1] = (STAGES + 1) * (gridDim.x / CLUSTER) + atomicAdd(tickets, 1);
-    };
-    if constexpr (CLAIM_FIRST) claim();
+    if (cluster_rank() == 0 && threadIdx.x == 0)  // the row after ahead[STAGES]
+      mail.claimed[i & 1] = (STAGES + 1) * (gridDim.x / CLUSTER) + atomicAdd(tickets, 1);
     Part part;
     if constexpr (STAGED) {
       uint4* mine = stage + i % STAGES * slot;
@@ -303,7 +295,6 @@ softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int c
     } else {
       part.load(x + (long long)ahead[0] * cols, cols, t, G);
     }
-    if constexpr (!CLAIM_FIRST) claim();
     const MS mine = part.stats();
     int claimed;
     const MS total = mail.exchange(block_combine(mine), i, claimed);
