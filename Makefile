@@ -39,7 +39,7 @@ help:
 	@echo "make hip GPU_ARCH=gfx942 build the HIP lab programs; make run-hip runs them"
 	@echo "make triton              Lab 3: Triton kernels (GPU, or the CPU interpreter)"
 	@echo "make bench               the benchmark, on a GPU: writes results/<gpu>/bench.json + plots"
-	@echo "make results             on a GPU: bench + run-cuda.txt + notebooks.txt into results/<gpu>/"
+	@echo "make results             on a GPU: bench, run-cuda.txt, notebook outputs (CPU), notebooks.txt (nbval on the GPU)"
 	@echo "make check EX=01         check your exercise (SOLUTION=1 checks the solution)"
 	@echo "make grade DIR=subs      check every learner's folder in DIR, write DIR/grades.md"
 	@echo "make slides              every notebook as a reveal.js deck in slides/"

@@ -62,6 +62,27 @@ def test_make_run_path_runs_every_lab_it_can():
         assert "No timings are taken here" in out
 
 
+def test_results_recorder_recomputes_notebook_outputs_between_bench_and_nbval(monkeypatch, tmp_path):
+    """`make results` runs its steps in one order, whatever order they are asked in: the notebooks'
+    stored outputs are recomputed on the CPU after the benchmark and before nbval compares them on
+    the GPU (notebooks 05, 07, 09 print figures from bench.json). A failing step fails the run."""
+    from kernels import bench, provenance, record
+
+    calls = []
+    monkeypatch.setattr(provenance, "gpu_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(bench, "main", lambda argv: calls.append("bench") or 0)
+    monkeypatch.setattr(record, "run_cuda", lambda out: calls.append("run-cuda") or 0)
+    monkeypatch.setattr(record, "refresh_notebooks", lambda: calls.append("refresh") or 0)
+    monkeypatch.setattr(record, "notebooks", lambda out: calls.append("notebooks") or 0)
+    assert record.main(["--out", str(tmp_path)]) == 0
+    assert calls == ["bench", "run-cuda", "refresh", "notebooks"]
+    calls.clear()
+    assert record.main(["--out", str(tmp_path), "notebooks", "bench"]) == 0
+    assert calls == ["bench", "notebooks"]
+    monkeypatch.setattr(record, "refresh_notebooks", lambda: 1)
+    assert record.main(["--out", str(tmp_path), "refresh"]) == 1
+
+
 def test_results_recorder_refuses_without_a_gpu(capsys):
     from kernels import record
 
