@@ -111,8 +111,7 @@ grade: venv
 	$(PY) -m kernels.grade $(DIR)
 
 notebooks: venv
-	CUDA_VISIBLE_DEVICES= TRITON_INTERPRET=1 $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
-	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False notebooks/*.ipynb
+	$(PY) -m kernels.record refresh
 
 slides: venv
 	@mkdir -p slides

@@ -89,3 +89,6 @@ def test_results_recorder_refuses_without_a_gpu(capsys, monkeypatch):
     monkeypatch.setattr(provenance, "gpu_name", lambda: "no GPU")  # what a GPU-less machine reports
     assert record.main(["bench"]) == 1
     assert "no GPU here" in capsys.readouterr().out
+    # `make notebooks` (the refresh step alone) is the one step that runs without a GPU
+    monkeypatch.setattr(record, "refresh_notebooks", lambda: 0)
+    assert record.main(["refresh"]) == 0
