@@ -50,13 +50,23 @@ __device__ __forceinline__ unsigned bf16_bits_rne(float f) {  // round to neares
 __device__ __forceinline__ unsigned pack_bf162(float lo, float hi) { return bf16_bits_rne(lo) | bf16_bits_rne(hi) << 16; }
 // 2^x, approximately (one hardware instruction where the compiler can use one).
 __device__ __forceinline__ float fast_exp2(float x) { return exp2f(x); }
+__device__ __forceinline__ float fast_exp2_ftz(float x) { return exp2f(x); }
 #define A07_HAS_CLUSTERS 0
 #else
 // 2^x on the special-function unit (MUFU.EX2). Not .ftz: tiny probabilities stay subnormal
-// instead of becoming 0, as in torch.softmax.
+// instead of becoming 0, as in torch.softmax; that costs three more instructions per exp (a
+// compare and two predicated multiplies that rescale the subnormal range).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// The same with results below FLT_MIN (1.2e-38) flushed to 0: the MUFU.EX2 alone. For 16-bit
+// outputs, where the extra instructions cost up to 4 % of copy bandwidth (fp16 cannot hold such
+// values at all; bf16 loses its subnormals).
+__device__ __forceinline__ float fast_exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 __device__ __forceinline__ float half_bits_to_float(unsigned short h) {
@@ -73,6 +83,17 @@ __device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
 __device__ __forceinline__ unsigned pack_bf162(float lo, float hi) {
   unsigned r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// Lane-wise max of two pairs of 16-bit values (one instruction for two elements).
+__device__ __forceinline__ unsigned max_bf162(unsigned a, unsigned b) {
+  unsigned r;
+  asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+__device__ __forceinline__ unsigned max_half2(unsigned a, unsigned b) {
+  unsigned r;
+  asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
 }
 // Thread-block clusters and distributed shared memory: NVIDIA sm_90 and later only. Kernels that
@@ -120,15 +141,6 @@ __device__ __forceinline__ void cluster_send_float4(float4* slot, unsigned long 
                  "r"(cluster_map(smem_address(bar), rank))
                : "memory");
 }
-// Asynchronous 16-byte copies global -> shared (sm_80+), cached in L2 only: the loads of the next
-// row are in flight while the current one is reduced, without holding registers.
-__device__ __forceinline__ void async_copy16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address(smem)), "l"(gmem) : "memory");
-}
-// Copies issued since the last commit form one group; wait until at most PENDING groups are in flight.
-__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int PENDING>
-__device__ __forceinline__ void async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory"); }
 #endif
 
 // -inf without <math.h> (NVRTC and hiprtc have none): the IEEE-754 bit pattern.

@@ -12,15 +12,17 @@
 //   softmax_fast_warp      GROUP lanes of a warp         registers             xor shuffles in the group
 //   softmax_fast_block     one block                     registers             shuffles + shared memory
 //   softmax_fast_cluster   a cluster of CLUSTER blocks   registers of CLUSTER  + one message per block
-//                          (sm_90; 2 to 16), as many     SMs                     into every block's shared
-//                          as fit, rows by ticket                                memory (st.async + mbarrier)
+//                          (sm_90; 2 to 16), as many     blocks (16-bit:         into every block's shared
+//                          as fit, rows by ticket        as raw bits)            memory (st.async + mbarrier)
 //   softmax_fast_2pass     one block                     nowhere: read twice   shuffles + shared memory
 //
 // Common to all: 16-byte vector loads and stores (4 fp32 or 8 fp16/bf16), an element-by-element path
 // for rows whose length or address is not a multiple of 16 bytes, statistics in fp32, (m, s) merged
-// in one reduction round with combine() at every level, one exp per element, and a fully -inf row
-// written as zeros. Probabilities below FLT_MIN (1.2e-38) lose precision or come out as zero (the
-// hardware exp2 is not exact for subnormal results). The 16-bit types travel as raw bits (f16_t, bf16_t): no vendor fp16 header.
+// in one reduction round with combine() at every level, one exp per element (except 16-bit rows in
+// a cluster: two, see RowBits), and a fully -inf row written as zeros. Probabilities below FLT_MIN
+// (1.2e-38) lose precision (fp32: the hardware exp2 is not exact for subnormal results) or come out
+// as zero (16-bit types, whose exp2 flushes them). The 16-bit types travel as raw bits (f16_t,
+// bf16_t): no vendor fp16 header.
 //
 // Every kernel is a template; kernels/fast.py instantiates the ones a shape needs through CuPy
 // RawModule name expressions, e.g. "softmax_fast_warp<bf16_t, 2, 8, 1, true>".
@@ -43,10 +45,12 @@ template <> struct Vec<float> {
   }
   __device__ static float scalar(float x) { return x; }
   __device__ static float from_float(float f) { return f; }
+  __device__ static float exp2(float x) { return fast_exp2(x); }  // subnormal results kept
 };
 // Eight 16-bit values, two per 32-bit word; Bits says how one word converts.
-template <class T, class Bits>
+template <class T, class B>
 struct Vec16 {
+  using Bits = B;
   static constexpr int N = 8;
   __device__ static void unpack(uint4 u, float* f) {
     const unsigned w[4] = {u.x, u.y, u.z, u.w};
@@ -59,16 +63,27 @@ struct Vec16 {
   }
   __device__ static float scalar(T x) { return Bits::lo(x.bits); }
   __device__ static T from_float(float f) { return T{static_cast<unsigned short>(Bits::pack2(f, 0.0f) & 0xffffu)}; }
+  // Results below FLT_MIN become 0: fp16 cannot hold them anyway, bf16 loses its subnormals, and
+  // the exp is one instruction instead of four (3000 bf16 columns: 95 -> 98 % of copy).
+  __device__ static float exp2(float x) { return fast_exp2_ftz(x); }
 };
 struct BF16Bits {  // bf16 is the top half of a float: widening is a shift
   __device__ static float lo(unsigned w) { return __uint_as_float(w << 16); }
   __device__ static float hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
   __device__ static unsigned pack2(float a, float b) { return pack_bf162(a, b); }
+#if A07_HAS_CLUSTERS
+  static constexpr unsigned NEG_INF2 = 0xff80ff80u;
+  __device__ static unsigned max2(unsigned a, unsigned b) { return max_bf162(a, b); }
+#endif
 };
 struct F16Bits {
   __device__ static float lo(unsigned w) { return half_bits_to_float(static_cast<unsigned short>(w)); }
   __device__ static float hi(unsigned w) { return half_bits_to_float(static_cast<unsigned short>(w >> 16)); }
   __device__ static unsigned pack2(float a, float b) { return pack_half2(a, b); }
+#if A07_HAS_CLUSTERS
+  static constexpr unsigned NEG_INF2 = 0xfc00fc00u;
+  __device__ static unsigned max2(unsigned a, unsigned b) { return max_half2(a, b); }
+#endif
 };
 template <> struct Vec<bf16_t> : Vec16<bf16_t, BF16Bits> {};
 template <> struct Vec<f16_t> : Vec16<f16_t, F16Bits> {};
@@ -102,35 +117,6 @@ struct RowPart {
     }
   }
 
-#if A07_HAS_CLUSTERS
-  // Start copying this thread's vectors of a row into its own slots of `slot` (vector j of thread
-  // i at slot[j * blockDim.x + i]) as one cp.async group; load_staged() picks them up. ALIGNED rows.
-  __device__ __forceinline__ static void stage_async(uint4* slot, const T* __restrict__ xr, int cols, int t, int G) {
-#pragma unroll
-    for (int j = 0; j < VECS; ++j) {
-      const int c0 = (j * G + t) * N;
-      if (c0 < cols) async_copy16(slot + j * blockDim.x + threadIdx.x, xr + c0);
-    }
-    async_commit();
-  }
-  // PENDING: how many later groups may still be in flight. Each thread reads back only what it
-  // copied itself, so no barrier is needed.
-  template <int PENDING>
-  __device__ __forceinline__ void load_staged(const uint4* slot, int cols, int t, int G) {
-    async_wait<PENDING>();
-#pragma unroll
-    for (int j = 0; j < VECS; ++j) {
-      const int c0 = (j * G + t) * N;
-      if (c0 < cols) {
-        Vec<T>::unpack(slot[j * blockDim.x + threadIdx.x], v + j * N);
-      } else {
-#pragma unroll
-        for (int e = 0; e < N; ++e) v[j * N + e] = A07_NEG_INF;
-      }
-    }
-  }
-#endif
-
   // This thread's (m, s); afterwards v holds exp(x - m_thread): one exp per element, ever.
   __device__ __forceinline__ MS stats() {
     float m = A07_NEG_INF;
@@ -140,7 +126,7 @@ struct RowPart {
     const float m_scaled = m == A07_NEG_INF ? 0.0f : m * LOG2E;  // no elements: every exp below is 0
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < VECS * N; ++i) s += (v[i] = fast_exp2(fmaf(v[i], LOG2E, -m_scaled)));
+    for (int i = 0; i < VECS * N; ++i) s += (v[i] = Vec<T>::exp2(fmaf(v[i], LOG2E, -m_scaled)));
     return MS{m, s};
   }
 
@@ -244,64 +230,130 @@ struct Mailbox {
   }
 };
 
-// Long rows: a cluster of CLUSTER blocks (on CLUSTER SMs) holds one row in their registers. Each
-// block reduces its share to one (m, s); the Mailbox merges the blocks' pairs. The row is read once
-// and written once however long it is, up to CLUSTER * blockDim.x * VECS vectors. CLUSTER may be
-// 16 (non-portable: the launcher sets the function attribute that allows it).
+// The part of a 16-bit row that one thread of a cluster owns, kept as the raw 16-bit values, two
+// per 32-bit register (same element ownership as RowPart). Held as floats the same bytes take twice
+// the registers, so a block would hold half as many bytes, or an SM half as many blocks: long
+// 16-bit rows held as floats streamed at 83-91 % of copy, even with the next row staged in shared
+// memory (NOTES.md). The price: exp is computed twice per element, once for the sum and once for
+// the output. Affordable because the 16-bit exp2 is the one-instruction .ftz form (with the
+// four-instruction one: 88 instead of 93 % at 65536 bf16 columns, same launch shape); the max is
+// taken on the pairs as they are, one instruction per two values.
+template <class T, int VECS, bool ALIGNED>
+struct RowBits {
+  static constexpr int N = Vec<T>::N;  // 8 values, 4 words, one uint4
+  using Bits = typename Vec<T>::Bits;
+  static constexpr unsigned NEG_INF2 = Bits::NEG_INF2;  // two -inf
+  uint4 u[VECS];
+
+  __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G) {
+#pragma unroll
+    for (int j = 0; j < VECS; ++j) {
+      const int c0 = (j * G + t) * N;
+      if (ALIGNED) {
+        u[j] = c0 < cols ? *reinterpret_cast<const uint4*>(xr + c0) : make_uint4(NEG_INF2, NEG_INF2, NEG_INF2, NEG_INF2);
+      } else {  // one element at a time, paired up in registers; missing ones are -inf
+        unsigned w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int c = c0 + 2 * k;
+          w[k] = (c < cols ? xr[c].bits : NEG_INF2 & 0xffffu) | (c + 1 < cols ? xr[c + 1].bits : NEG_INF2 >> 16) << 16;
+        }
+        u[j] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+  }
+
+  // This thread's (m, s): the max over pairs, then one exp per element for the sum.
+  __device__ __forceinline__ MS stats() const {
+    unsigned pair = NEG_INF2;
+#pragma unroll
+    for (int j = 0; j < VECS; ++j)
+      pair = Bits::max2(Bits::max2(pair, Bits::max2(u[j].x, u[j].y)), Bits::max2(u[j].z, u[j].w));
+    const float m = fmaxf(Bits::lo(pair), Bits::hi(pair));
+    const float m_scaled = m == A07_NEG_INF ? 0.0f : m * LOG2E;
+    float s_lo = 0.0f, s_hi = 0.0f;
+#pragma unroll
+    for (int j = 0; j < VECS; ++j) {
+      const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        s_lo += Vec<T>::exp2(fmaf(Bits::lo(w[k]), LOG2E, -m_scaled));
+        s_hi += Vec<T>::exp2(fmaf(Bits::hi(w[k]), LOG2E, -m_scaled));
+      }
+    }
+    return MS{m, s_lo + s_hi};
+  }
+
+  // y = exp(x - M) / S = 2^(x log2(e) - (M log2(e) + log2(S))): the second exp, and no multiply.
+  // A fully masked row (M = -inf) is written as zeros.
+  __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float, MS row) const {
+    const bool masked = row.m == A07_NEG_INF;
+    const float c = masked ? 0.0f : fmaf(row.m, LOG2E, __log2f(row.s));
+#pragma unroll
+    for (int j = 0; j < VECS; ++j) {
+      const int c0 = (j * G + t) * N;
+      const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
+      unsigned out[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        out[k] = masked ? 0u : Bits::pack2(Vec<T>::exp2(fmaf(Bits::lo(w[k]), LOG2E, -c)),
+                                           Vec<T>::exp2(fmaf(Bits::hi(w[k]), LOG2E, -c)));
+      if (ALIGNED) {
+        if (c0 < cols) *reinterpret_cast<uint4*>(yr + c0) = make_uint4(out[0], out[1], out[2], out[3]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          if (c0 + e < cols) yr[c0 + e] = T{static_cast<unsigned short>(out[e / 2] >> (16 * (e % 2)))};
+      }
+    }
+  }
+};
+
+// What a cluster thread holds: fp32 as floats (one exp per element), 16-bit types as raw bits.
+template <class T, int VECS, bool ALIGNED> struct ClusterPart { using type = RowBits<T, VECS, ALIGNED>; };
+template <int VECS, bool ALIGNED> struct ClusterPart<float, VECS, ALIGNED> { using type = RowPart<float, VECS, ALIGNED>; };
+
+// Long rows: a cluster of CLUSTER blocks (on CLUSTER SMs, or fewer SMs with MIN_BLOCKS blocks
+// each) holds one row in their registers. Each block reduces its share to one (m, s); the Mailbox
+// merges the blocks' pairs. The row is read once and written once however long it is, up to
+// CLUSTER * blockDim.x * VECS vectors. CLUSTER may be 16 (non-portable: the launcher sets the
+// function attribute that allows it). MIN_BLOCKS (launch bounds) caps registers so that that
+// many blocks fit on one SM: while one block reduces or waits for its cluster, the others load.
 //
 // The grid is what fits on the GPU at once (the launcher asks the driver), and the clusters share
-// the rows dynamically: each cluster's first STAGES + 1 rows are fixed (c, c + clusters, ...), every
-// later one comes from a ticket counter (`tickets`, zeroed by the launcher): block 0 claims one per
-// row and its exchange message hands it to every block of the cluster. Why not simpler:
+// the rows dynamically: cluster c starts with row c, every later row comes from a ticket counter
+// (`tickets`, zeroed by the launcher): block 0 claims one per row and its exchange message hands
+// it to every block of the cluster. Why not simpler:
 //   - one row per cluster launch pays two cluster barriers per row (10-30 % on the H200);
 //   - fixed shares (cluster c takes rows c, c + clusters, ...) make the slowest SM's share the
-//     kernel's time: 3-6 % slower than tickets.
-// STAGES > 0 (ALIGNED rows only): the next STAGES rows' shares are copied asynchronously into shared
-// memory (`stage`, STAGES slots of blockDim.x * VECS vectors) while the current one is reduced and
-// written. 16-bit rows need that to keep enough bytes in flight; fp32 rows load straight into
-// registers (STAGES = 0), which measured faster.
-template <class T, int VECS, int CLUSTER, int MAX_THREADS, int STAGES, bool ALIGNED>
-__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(MAX_THREADS)
+//     kernel's time: 1-6 % slower than tickets (NOTES.md).
+template <class T, int VECS, int CLUSTER, int MAX_THREADS, int MIN_BLOCKS, bool ALIGNED>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(MAX_THREADS, MIN_BLOCKS > 1 ? MIN_BLOCKS : 0)
 softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int* __restrict__ tickets) {
-  constexpr bool STAGED = ALIGNED && STAGES > 0;
-  extern __shared__ uint4 stage[];
   __shared__ Mailbox<CLUSTER> mail;
-  using Part = RowPart<T, VECS, ALIGNED>;
+  using Part = typename ClusterPart<T, VECS, ALIGNED>::type;
   const int G = blockDim.x * CLUSTER, t = cluster_rank() * blockDim.x + threadIdx.x;
-  const int slot = blockDim.x * VECS;
-  // The rows this cluster handles now and next (STAGES of them are in flight into shared memory):
-  // the first STAGES + 1 are fixed, every later one is claimed with a ticket.
-  int ahead[STAGES + 1];
-#pragma unroll
-  for (int k = 0; k <= STAGES; ++k) ahead[k] = blockIdx.x / CLUSTER + k * (gridDim.x / CLUSTER);
+  int row = blockIdx.x / CLUSTER;
   mail.init();
   cluster_arrive();  // every block's mailbox is set up before anyone posts to it
   cluster_wait();
-  if constexpr (STAGED) {
-#pragma unroll
-    for (int k = 0; k < STAGES; ++k)
-      if (ahead[k] < rows) Part::stage_async(stage + k * slot, x + (long long)ahead[k] * cols, cols, t, G);
-      else async_commit();  // an empty group keeps the count of groups in flight fixed
-  }
-  for (int i = 0; ahead[0] < rows; ++i) {
-    if (cluster_rank() == 0 && threadIdx.x == 0)  // the row after ahead[STAGES]
-      mail.claimed[i & 1] = (STAGES + 1) * (gridDim.x / CLUSTER) + atomicAdd(tickets, 1);
+  for (int i = 0; row < rows; ++i) {
+    // Block 0 claims the cluster's next row. Where was measured: after issuing the loads, the
+    // atomic's round trip overlaps them instead of holding warp 0, and so the block, back (fp32
+    // 262144: 93 -> 96 % of copy); misaligned rows claim first (it spares the element loads a
+    // register).
+    const auto claim = [&] {
+      if (cluster_rank() == 0 && threadIdx.x == 0) mail.claimed[i & 1] = gridDim.x / CLUSTER + atomicAdd(tickets, 1);
+    };
+    if constexpr (!ALIGNED) claim();
     Part part;
-    if constexpr (STAGED) {
-      uint4* mine = stage + i % STAGES * slot;
-      part.template load_staged<STAGES - 1>(mine, cols, t, G);
-      if (ahead[STAGES] < rows) Part::stage_async(mine, x + (long long)ahead[STAGES] * cols, cols, t, G);
-      else async_commit();
-    } else {
-      part.load(x + (long long)ahead[0] * cols, cols, t, G);
-    }
+    part.load(x + (long long)row * cols, cols, t, G);
+    if constexpr (ALIGNED) claim();
     const MS mine = part.stats();
     int claimed;
     const MS total = mail.exchange(block_combine(mine), i, claimed);
-    part.store(y + (long long)ahead[0] * cols, cols, t, G, mine.m, total);
-#pragma unroll
-    for (int k = 0; k < STAGES; ++k) ahead[k] = ahead[k + 1];
-    ahead[STAGES] = claimed;
+    part.store(y + (long long)row * cols, cols, t, G, mine.m, total);
+    row = claimed;
   }
   cluster_arrive();  // no block leaves while a message to it could still be on its way
   cluster_wait();
@@ -346,9 +398,10 @@ template __global__ void softmax_fast_2pass<float, 4, true> A07_FAST_ARGS(float)
 template __global__ void softmax_fast_2pass<bf16_t, 1, false> A07_FAST_ARGS(bf16_t);
 #if A07_HAS_CLUSTERS
 #define A07_CLUSTER_ARGS(T) (const T* __restrict__, T* __restrict__, int, int, int* __restrict__)
-template __global__ void softmax_fast_cluster<float, 8, 2, 1024, 0, true> A07_CLUSTER_ARGS(float);
-template __global__ void softmax_fast_cluster<bf16_t, 8, 16, 256, 1, true> A07_CLUSTER_ARGS(bf16_t);
-template __global__ void softmax_fast_cluster<bf16_t, 4, 8, 256, 2, true> A07_CLUSTER_ARGS(bf16_t);
-template __global__ void softmax_fast_cluster<f16_t, 8, 16, 512, 1, false> A07_CLUSTER_ARGS(f16_t);
+template __global__ void softmax_fast_cluster<float, 8, 2, 1024, 1, true> A07_CLUSTER_ARGS(float);
+template __global__ void softmax_fast_cluster<float, 8, 16, 512, 1, false> A07_CLUSTER_ARGS(float);
+template __global__ void softmax_fast_cluster<bf16_t, 16, 16, 128, 4, true> A07_CLUSTER_ARGS(bf16_t);
+template __global__ void softmax_fast_cluster<bf16_t, 8, 4, 128, 6, false> A07_CLUSTER_ARGS(bf16_t);
+template __global__ void softmax_fast_cluster<f16_t, 8, 16, 256, 4, true> A07_CLUSTER_ARGS(f16_t);
 #endif
 #endif

@@ -38,22 +38,23 @@ TABLE = {
             # then 4, 8; then 1024 threads of 8 (up to 32768 fp32, 98 % of copy where a cluster
             # of 8 reached 93 %)
             block_tiers=((2, 512), (4, 512), (8, 512), (8, 1024)),
-            # cluster tiers (vecs, cluster, most threads a block, rows staged ahead): the first
-            # that holds the row wins. Always 8 vectors (32 floats) a thread, loaded straight into
-            # registers (staging through shared memory lost 4-10 points): 2 blocks of 1024 up to
-            # 65536 fp32, 4 up to 131072, 16 of 512 up to 262144, 16 of 1024 up to 524288; the last
-            # tier serves devices limited to 8 blocks (up to 262144 fp32).
-            cluster_tiers=((8, 2, 1024, 0), (8, 4, 1024, 0), (8, 16, 512, 0), (8, 16, 1024, 0), (8, 8, 1024, 0)),
+            # cluster tiers (vecs, cluster, most threads a block, blocks per SM the launch bounds
+            # promise): the first that holds the row wins. Always 8 vectors (32 floats) a thread,
+            # loaded straight into registers (staging the next row through shared memory lost 6-11
+            # points): 2 blocks of 1024 up to 65536 fp32, 4 up to 131072, 16 of 512 up to 262144,
+            # 16 of 1024 up to 524288; the last tier serves devices limited to 8 blocks (262144).
+            cluster_tiers=((8, 2, 1024, 1), (8, 4, 1024, 1), (8, 16, 512, 1), (8, 16, 1024, 1), (8, 8, 1024, 1)),
             twopass_vecs=4),
     2: dict(warp_max_rv=128,     # up to 1024 bf16: 2 or 4 vectors (16 or 32 values) per lane
             block_tiers=((2, 512), (4, 512)),             # up to 16384 bf16
-            # A 16-bit row held as floats takes twice its size in registers, so a thread holds at
-            # most 64 KB worth per SM: the next row is staged in shared memory while this one is
-            # reduced (straight loads: 60 % of copy). 2 blocks of 256 x 8 vectors up to 32768,
-            # 2 of 1024 x 4 up to 65536, 8 of 256 x 8 up to 131072, 16 up to 262144, 16 of 512
-            # up to 524288 (8 of 512 where 16 is not available: up to 262144).
-            cluster_tiers=((8, 2, 256, 1), (4, 2, 1024, 1), (8, 8, 256, 1), (8, 16, 256, 1), (8, 16, 512, 1),
-                           (8, 8, 512, 1)),
+            # Cluster threads keep 16-bit rows as raw bits (RowBits: a vector is 4 registers)
+            # and compute exp twice; small blocks, several per SM, so that some load while others
+            # reduce: 4 blocks of 128 threads x 8 vectors (6 per SM) up to 32768, 8 (7 per SM) up
+            # to 65536, 8 of 128 x 16 vectors (4 per SM) up to 131072, 16 of them up to 262144;
+            # 8 of 256 x 16 (2 per SM) where 16 is not available (262144), 16 up to 524288.
+            # (Every bound keeps the instance free of spills: NVRTC's report, tests/test_fast.py.)
+            cluster_tiers=((8, 4, 128, 6), (8, 8, 128, 7), (16, 8, 128, 4), (16, 16, 128, 4), (16, 8, 256, 2),
+                           (16, 16, 256, 2)),
             twopass_vecs=1),
 }
 
@@ -67,7 +68,6 @@ class Plan:
     threads: int
     rows_each: int       # rows one block handles (warp, block, 2pass), or one cluster on average (cluster)
     why: str
-    shared_bytes: int = 0     # dynamic shared memory (the cluster kernel's staging slot)
 
     def describe(self) -> str:
         return f"{self.strategy:<7} {self.kernel:<46} grid {self.grid:>8} x {self.threads:>4} threads  ({self.why})"
@@ -87,10 +87,10 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     cluster the device runs (0 or False: none, as on AMD and NVIDIA before sm_90; 8: portable;
     16: H100/H200). `aligned`: rows start on 16-byte boundaries (default: cols is a multiple of
     the vector width, as for any freshly allocated tensor); otherwise the kernel loads element by
-    element. `resident(kernel, cluster, threads, shared_bytes)`: how many clusters of that kernel fit on
-    the GPU at once (softmax() asks the driver; by default SMS // blocks per cluster, the H200's
-    132 SMs at one block each). Keyword overrides (strategy, vecs, group, rows_per_thread, cluster,
-    threads, stages) are for tuning experiments and tests."""
+    element. `resident(kernel, cluster, threads)`: how many clusters of that kernel fit on
+    the GPU at once (softmax() asks the driver; by default SMS x blocks per SM // blocks per
+    cluster, for the H200's 132 SMs). Keyword overrides (strategy, vecs, group, rows_per_thread, cluster,
+    threads, min_blocks) are for tuning experiments and tests."""
     if dtype not in DTYPES:
         raise TypeError(f"dtype {dtype} not supported; the fast softmax takes {', '.join(DTYPES)}")
     ctype, size = DTYPES[dtype]
@@ -121,23 +121,27 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     # 3. long rows: a cluster of blocks per row, (m, s) exchanged through distributed shared memory;
     #    as many clusters as fit at once, sharing the rows through a ticket counter
     if max_cluster >= 2 and want in (None, "cluster"):
-        tiers = [(override.get("vecs", v), override.get("cluster", c), lim, override.get("stages", st))
-                 for v, c, lim, st in t["cluster_tiers"]]
+        tiers = [(override.get("vecs", v), override.get("cluster", c), lim, override.get("min_blocks", mb))
+                 for v, c, lim, mb in t["cluster_tiers"]]
+        if al == "false":
+            # a misaligned row is loaded element by element, which needs more registers than
+            # several blocks per SM would leave, and more than 8 vectors' worth spills: the same
+            # row share in twice the threads where a tier has more, one block per SM promised
+            tiers = [(min(v, 8), c, min(1024, lim * v // min(v, 8)), 1) for v, c, lim, _ in tiers]
         # the first tier within its thread limit; a forced cluster may also take up to 1024 threads
         strict = [(tier, tier[2]) for tier in dict.fromkeys(tiers)]
         relaxed = [(tier, 1024) for tier, _ in strict] if want == "cluster" else []
-        for (vecs, cluster, _, stages), limit in strict + relaxed:
+        for (vecs, cluster, _, min_blocks), limit in strict + relaxed:
             threads = override.get("threads", _round_up(-(-rv // (vecs * cluster)), warp_size))
             if threads <= limit and cluster <= max_cluster and cluster * threads * vecs >= rv:
-                stages = stages if al == "true" else 0  # misaligned rows are loaded directly
-                params = (vecs, cluster, _bound(threads), stages)
+                params = (vecs, cluster, _bound(threads), min_blocks)
                 name = _instance("cluster", ctype, params, al)
-                shared = stages * threads * vecs * VEC_BYTES
-                fit = resident(name, cluster, threads, shared) if resident else max(1, SMS // cluster)
+                fit = resident(name, cluster, threads) if resident else max(1, SMS * min_blocks // cluster)
                 n = max(1, min(rows, fit))
                 return Plan("cluster", name, params, n * cluster, threads, -(-rows // n),
-                            f"{rv} vectors per row: {cluster} blocks x {threads} threads x {vecs} vectors, "
-                            f"{n} clusters share the rows" + (", next row staged" if stages else ""), shared)
+                            f"{rv} vectors per row: {cluster} blocks x {threads} threads x {vecs} vectors"
+                            + (f" (up to {min_blocks} blocks per SM)" if min_blocks > 1 else "")
+                            + f", {n} clusters share the rows")
     if want in ("block", "cluster"):
         raise ValueError(f"no {want} configuration holds {cols} columns of {dtype} in registers")
     # 4. anything else: read the row twice
@@ -159,7 +163,8 @@ def _round_up(n: int, m: int) -> int:
 def simulate(row, dtype: str = "float32", warp_size: int = 32, **override):
     """A NumPy model of the planned kernel on one row (float64 arithmetic): the same ownership of
     elements ((j * G + t) * N + k for vector j, thread t of the G sharing the row), the same
-    one-exp-per-element statistics, and the same reduction tree (lanes -> warps -> blocks -> the
+    statistics (one exp per element, kept; the 16-bit cluster kernel recomputes it for the output
+    instead, the same values), and the same reduction tree (lanes -> warps -> blocks -> the
     cluster), each level merging (m, s) pairs with reference.combine(). Returns (y, levels), where
     levels lists how many (m, s) states each level of the tree merged. For the notebook, and to
     test the index arithmetic without a GPU."""
@@ -209,7 +214,7 @@ def launch_bound(mangled: str) -> int:
         return WARP_THREADS
     if "softmax_fast_2pass" in mangled:
         return 1024
-    # block <T, VECS, MAX_THREADS, ALIGNED>, cluster <T, VECS, CLUSTER, MAX_THREADS, STAGES, ALIGNED>
+    # block <T, VECS, MAX_THREADS, ALIGNED>, cluster <T, VECS, CLUSTER, MAX_THREADS, MIN_BLOCKS, ALIGNED>
     return ints[1] if "softmax_fast_block" in mangled else ints[2]
 
 
@@ -246,10 +251,9 @@ def device_info():
 NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute
 
 
-def kernel(name: str, cluster: int = 0, shared_bytes: int = 0):
+def kernel(name: str, cluster: int = 0):
     """The compiled template instance `name` (one RawModule per instance, compiled once). A cluster
-    kernel of more than 8 blocks is allowed its non-portable size here, and any kernel the dynamic
-    shared memory it asks for (beyond 48 KB is an opt-in)."""
+    kernel of more than 8 blocks is allowed its non-portable size here."""
     import cupy
 
     if name not in _MODULES:
@@ -261,22 +265,19 @@ def kernel(name: str, cluster: int = 0, shared_bytes: int = 0):
         if cluster > PORTABLE_CLUSTER:
             cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
         _MODULES[name] = fn
-    fn = _MODULES[name]
-    if shared_bytes > 48 * 1024 and fn.max_dynamic_shared_size_bytes < shared_bytes:
-        fn.max_dynamic_shared_size_bytes = shared_bytes
-    return fn
+    return _MODULES[name]
 
 
 _RESIDENT: dict = {}
 
 
-def resident_clusters(name: str, cluster: int, threads: int, shared_bytes: int) -> int:
+def resident_clusters(name: str, cluster: int, threads: int) -> int:
     """How many clusters of this kernel the GPU runs at once, from the driver
     (cuOccupancyMaxActiveClusters): clusters live inside one GPC, so this is not simply SMs /
     cluster (an H200 fits 14 clusters of 16 and 15 of 8 one-block-per-SM ones, not 16)."""
     import cupy
 
-    key = (cupy.cuda.Device().id, name, threads, shared_bytes)
+    key = (cupy.cuda.Device().id, name, threads)
     if key not in _RESIDENT:
         import ctypes
 
@@ -284,8 +285,8 @@ def resident_clusters(name: str, cluster: int, threads: int, shared_bytes: int) 
             _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
                         ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("nattrs", ctypes.c_uint)]
 
-        fn = kernel(name, cluster, shared_bytes)
-        cfg = LaunchConfig((ctypes.c_uint * 3)(cluster, 1, 1), (ctypes.c_uint * 3)(threads, 1, 1), shared_bytes)
+        fn = kernel(name, cluster)
+        cfg = LaunchConfig((ctypes.c_uint * 3)(cluster, 1, 1), (ctypes.c_uint * 3)(threads, 1, 1), 0)
         n = ctypes.c_int(0)
         rc = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters(
             ctypes.byref(n), ctypes.c_void_p(fn.kernel.ptr), ctypes.byref(cfg))
@@ -337,12 +338,12 @@ def softmax(x, out=None, **override):
     fit = resident_clusters if most is None else (lambda *a: min(int(most), resident_clusters(*a)))
     p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, resident=fit, **override)
     cluster = p.strategy == "cluster"
-    fn = kernel(p.kernel, p.params[1] if cluster else 0, p.shared_bytes)
+    fn = kernel(p.kernel, p.params[1] if cluster else 0)
     args = (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols))
     if cluster:
         import cupy
 
         tickets = cupy.zeros(1, dtype=np.int32)  # per call: launches on other streams may overlap
         args += (tickets,)
-    fn((p.grid,), (p.threads,), args, shared_mem=p.shared_bytes)
+    fn((p.grid,), (p.threads,), args)
     return out

@@ -40,11 +40,12 @@ def test_plan_covers_the_row_and_fits_the_hardware(dtype, cols):
         vecs, bound = ints
         assert p.threads * vecs * n >= cols and p.threads <= bound and p.grid == rows
     elif p.strategy == "cluster":
-        vecs, cluster, bound, stages = ints
+        vecs, cluster, bound, min_blocks = ints
         assert cluster in (2, 4, 8, 16) and cluster * p.threads * vecs * n >= cols
-        clusters = min(rows, fast.SMS // cluster)  # plan()'s default guess of what fits at once
+        clusters = min(rows, fast.SMS * min_blocks // cluster)  # plan()'s default guess of what fits at once
         assert p.threads <= bound and p.grid == clusters * cluster and clusters * p.rows_each >= rows
-        assert p.shared_bytes == (stages * p.threads * vecs * 16 if aligned else 0) and p.shared_bytes <= 227 * 1024
+        # several blocks per SM only where the row is loaded in vectors; never more threads than an SM runs
+        assert min_blocks >= 1 and (aligned or min_blocks == 1) and bound * min_blocks <= 2048
     else:
         assert p.strategy == "2pass" and p.grid == rows
 
@@ -58,9 +59,11 @@ def test_strategy_follows_the_row_length():
     # clusters grow with the row: 2 blocks up to 65536 fp32, 4 up to 131072, then 16 (H100/H200);
     # where only the portable 8 is available, 8 blocks hold rows up to 262144, longer ones are read twice
     assert [fast.plan(c, "float32").params[1] for c in (65536, 131072, 262144)] == [2, 4, 16]
-    assert [fast.plan(c, "bfloat16").params[1] for c in (32768, 65536, 131072, 262144)] == [2, 2, 8, 16]
+    # 16-bit rows: blocks of 128 threads, several per SM, 4 / 8 / 8 / 16 of them as rows grow
+    assert [fast.plan(c, "bfloat16").params[1:] for c in (32768, 65536, 131072, 262144)] == \
+        [(4, 128, 6), (8, 128, 7), (8, 128, 4), (16, 128, 4)]
     assert fast.plan(262144, "float32", clusters=8).params[:2] == (8, 8)
-    assert fast.plan(262144, "bfloat16", clusters=8).params[:2] == (8, 8)
+    assert fast.plan(262144, "bfloat16", clusters=8).params[1] == 8
     assert fast.plan(262145, "float32", clusters=8).strategy == "2pass"
     # without clusters (AMD, pre-Hopper NVIDIA) long rows are read twice; 64-lane wavefronts
     # round block sizes to 64
@@ -74,21 +77,21 @@ def test_strategy_follows_the_row_length():
 def test_plan_explains_itself():
     d = fast.plan(262144, "float32", 1024).describe()
     assert "cluster" in d and "16 blocks x 512 threads x 8 vectors" in d and "8 clusters share the rows" in d
-    assert "staged" not in d and "next row staged" in fast.plan(262144, "bfloat16", 1024).describe()
+    assert "per SM" not in d and "(up to 4 blocks per SM)" in fast.plan(262144, "bfloat16", 1024).describe()
 
 
 def test_cluster_grid_is_what_fits_at_once():
     """The launcher passes the driver's count of co-resident clusters; the grid never exceeds it,
     nor the rows."""
     asked = []
-    def fits(name, cluster, threads, shared):
-        asked.append((name, cluster, threads, shared))
+    def fits(name, cluster, threads):
+        asked.append((name, cluster, threads))
         return 14
     p = fast.plan(262144, "float32", 1024, resident=fits)
-    assert asked == [(p.kernel, 16, 512, 0)] and p.grid == 14 * 16 and p.rows_each == -(-1024 // 14)
+    assert asked == [(p.kernel, 16, 512)] and p.grid == 14 * 16 and p.rows_each == -(-1024 // 14)
     assert fast.plan(262144, "float32", 5, resident=fits).grid == 5 * 16
     q = fast.plan(131072, "bfloat16", 1000, resident=fits)
-    assert asked[-1] == (q.kernel, 8, 256, 256 * 8 * 16)   # 16-bit rows stage the next row: 32 KB
+    assert asked[-1] == (q.kernel, 8, 128) and q.grid == 14 * 8
 
 
 @pytest.mark.parametrize("x, err, words", [
@@ -279,15 +282,19 @@ def test_a_forced_strategy_that_cannot_hold_the_row_is_refused():
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows, resident", [(1, None), (7, 3), (9, 1), (16, 2), (17, 4), (300, None), (301, 5)])
 @pytest.mark.parametrize("dtype, cols, clusters, blocks", [
-    ("float32", 65536, 16, 2),     # 2 blocks, loaded straight into registers
+    ("float32", 65536, 16, 2),     # 2 blocks, loaded straight into registers as floats
     ("float32", 65537, 16, 4),     # misaligned: element loads
-    ("bfloat16", 32768, 16, 2),    # 2 blocks, the next row staged in shared memory
-    ("bfloat16", 65536, 16, 2),
+    ("bfloat16", 32768, 16, 4),    # 4 blocks of 128 threads holding raw 16-bit pairs, 6 per SM
+    ("bfloat16", 32767, 16, 4),    # the same, misaligned: element loads paired up in registers
+    ("float16", 65536, 16, 8),
+    ("float16", 65537, 16, 8),
     ("float32", 262144, 16, 16),   # 16 blocks (non-portable cluster)
     ("float32", 262144, 8, 8),     # the portable fallback: 8 blocks of 1024 threads
     ("bfloat16", 131072, 8, 8),
+    ("bfloat16", 262144, 8, 8),    # 8 blocks of 256 threads x 16 vectors
+    ("float16", 524288, 16, 16),
 ])
-def test_cluster_tickets_staging_and_cluster_sizes(rows, resident, dtype, cols, clusters, blocks):
+def test_cluster_tickets_and_cluster_sizes(rows, resident, dtype, cols, clusters, blocks):
     """Clusters take their first rows by index and the rest by ticket, exchanging (m, s) and the
     next row through one mailbox per block whose two halves alternate between rows. A grid of one
     cluster takes every row after its first by ticket; more clusters than rows; rows left over."""
