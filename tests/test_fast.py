@@ -1,6 +1,7 @@
 """The fast softmax (cuda/softmax_fast.cu, kernels/fast.py): the strategy table and the argument
 checks on any machine, compilation with NVRTC and hipcc without a GPU, and on a GPU every strategy
 against float64 on fresh random inputs with the output poisoned first."""
+import math
 import os
 import re
 import subprocess
@@ -224,6 +225,32 @@ def test_more_than_65535_rows(cols):
     y = torch.full_like(x, float("nan"))
     fast.softmax(x, out=y)
     assert _max_rel_err(y, torch.softmax(x.double(), -1), torch.float32) <= 2e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("cols", [2, 4096, 65536, 262144])  # warp, block, cluster (two tiers)
+def test_probabilities_below_flt_min(dtype, cols):
+    """The documented contract for probabilities below FLT_MIN: they lose precision or come out as
+    zero (torch.softmax keeps fp32 subnormals; as compiled through CuPy the fast kernels flush
+    them, NOTES.md), never NaN, negative or larger than they should be, and the rest of the row
+    is unaffected."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(cols)
+    x = torch.rand(3, cols, device="cuda", generator=g).to(dt)  # scores in [0, 1)
+    # one score whose probability is about 1e-39: subnormal in fp32 and bf16 (FLT_MIN is 1.2e-38)
+    x[:, 1] = math.log(1e-39) + math.log(1.718 * cols)  # the row's sum is about 1.718 * cols
+    y = torch.full_like(x, float("nan"))
+    fast.softmax(x, out=y)
+    ref = torch.softmax(x.double(), -1)
+    assert bool(((ref[:, 1] > 1e-40) & (ref[:, 1] < torch.finfo(torch.float32).tiny)).all()), ref[:, 1]
+    tiny = y[:, 1].double()
+    assert bool(((tiny >= 0) & (tiny <= 1.5 * ref[:, 1])).all()), tiny
+    rest = torch.cat([ref[:, :1], ref[:, 2:]], 1)
+    got = torch.cat([y[:, :1], y[:, 2:]], 1)
+    assert _max_rel_err(got, rest, dt) <= (2e-5 if dtype == "float32" else 1.6e-2)
 
 
 @pytest.mark.gpu
