@@ -50,21 +50,14 @@ __device__ __forceinline__ unsigned bf16_bits_rne(float f) {  // round to neares
 __device__ __forceinline__ unsigned pack_bf162(float lo, float hi) { return bf16_bits_rne(lo) | bf16_bits_rne(hi) << 16; }
 // 2^x, approximately (one hardware instruction where the compiler can use one).
 __device__ __forceinline__ float fast_exp2(float x) { return exp2f(x); }
-__device__ __forceinline__ float fast_exp2_ftz(float x) { return exp2f(x); }
 #define A07_HAS_CLUSTERS 0
 #else
-// 2^x on the special-function unit (MUFU.EX2). Not .ftz: tiny probabilities stay subnormal
-// instead of becoming 0, as in torch.softmax; that costs three more instructions per exp (a
-// compare and two predicated multiplies that rescale the subnormal range).
+// 2^x on the special-function unit: the MUFU.EX2 alone. `.ftz`: results below FLT_MIN (1.2e-38)
+// are 0. The form without .ftz returns them as subnormals for three more instructions per exp (a
+// compare and two predicated multiplies), which cost up to 4 % of copy bandwidth, and buys nothing
+// here: as CuPy compiles the kernels, the arithmetic around the exp flushes subnormals anyway
+// (results/nvidia-h200/NOTES.md). fp16 cannot hold such values at all.
 __device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-// The same with results below FLT_MIN (1.2e-38) flushed to 0: the MUFU.EX2 alone. For 16-bit
-// outputs, where the extra instructions cost up to 4 % of copy bandwidth (fp16 cannot hold such
-// values at all; bf16 loses its subnormals).
-__device__ __forceinline__ float fast_exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;

@@ -20,9 +20,9 @@
 // for rows whose length or address is not a multiple of 16 bytes, statistics in fp32, (m, s) merged
 // in one reduction round with combine() at every level, one exp per element (except 16-bit rows in
 // a cluster: two, see RowBits), and a fully -inf row written as zeros. Probabilities below FLT_MIN
-// (1.2e-38) lose precision (fp32: the hardware exp2 is not exact for subnormal results) or come out
-// as zero (16-bit types, whose exp2 flushes them). The 16-bit types travel as raw bits (f16_t,
-// bf16_t): no vendor fp16 header.
+// (1.2e-38) come out as zero: exp2 is the one-instruction .ftz form, which flushes them (torch.softmax
+// keeps fp32 subnormals; portability.h says why the exact form buys nothing here). The 16-bit types
+// travel as raw bits (f16_t, bf16_t): no vendor fp16 header.
 //
 // Every kernel is a template; kernels/fast.py instantiates the ones a shape needs through CuPy
 // RawModule name expressions, e.g. "softmax_fast_warp<bf16_t, 2, 8, 1, true>".
@@ -45,7 +45,6 @@ template <> struct Vec<float> {
   }
   __device__ static float scalar(float x) { return x; }
   __device__ static float from_float(float f) { return f; }
-  __device__ static float exp2(float x) { return fast_exp2(x); }  // subnormal results kept
 };
 // Eight 16-bit values, two per 32-bit word; Bits says how one word converts.
 template <class T, class B>
@@ -63,9 +62,6 @@ struct Vec16 {
   }
   __device__ static float scalar(T x) { return Bits::lo(x.bits); }
   __device__ static T from_float(float f) { return T{static_cast<unsigned short>(Bits::pack2(f, 0.0f) & 0xffffu)}; }
-  // Results below FLT_MIN become 0: fp16 cannot hold them anyway, bf16 loses its subnormals, and
-  // the exp is one instruction instead of four (3000 bf16 columns: 95 -> 98 % of copy).
-  __device__ static float exp2(float x) { return fast_exp2_ftz(x); }
 };
 struct BF16Bits {  // bf16 is the top half of a float: widening is a shift
   __device__ static float lo(unsigned w) { return __uint_as_float(w << 16); }
@@ -126,7 +122,7 @@ struct RowPart {
     const float m_scaled = m == A07_NEG_INF ? 0.0f : m * LOG2E;  // no elements: every exp below is 0
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < VECS * N; ++i) s += (v[i] = Vec<T>::exp2(fmaf(v[i], LOG2E, -m_scaled)));
+    for (int i = 0; i < VECS * N; ++i) s += (v[i] = fast_exp2(fmaf(v[i], LOG2E, -m_scaled)));
     return MS{m, s};
   }
 
@@ -160,8 +156,10 @@ __device__ __forceinline__ MS group_combine(MS st) {
 
 // Short rows: GROUP lanes (a power of two, at most 32) per row, ROWS rows per thread, so each
 // thread has ROWS * VECS 16-byte loads in flight before its first reduction. No barrier at all.
+// Blocks of 64 threads (kernels/fast.py, WARP_THREADS): on the H200 they streamed as fast as 128 or
+// faster (1024 bf16 columns: 96.6 -> 98.8 % of copy); 32 lost a fifth (too few warps per SM).
 template <class T, int VECS, int GROUP, int ROWS, bool ALIGNED>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(64)
 softmax_fast_warp(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
   const int groups_per_block = blockDim.x / GROUP;
   const int t = threadIdx.x % GROUP;
@@ -235,7 +233,7 @@ struct Mailbox {
 // the registers, so a block would hold half as many bytes, or an SM half as many blocks: long
 // 16-bit rows held as floats streamed at 83-91 % of copy, even with the next row staged in shared
 // memory (NOTES.md). The price: exp is computed twice per element, once for the sum and once for
-// the output. Affordable because the 16-bit exp2 is the one-instruction .ftz form (with the
+// the output. Affordable because exp2 is the one-instruction .ftz form (with the
 // four-instruction one: 88 instead of 93 % at 65536 bf16 columns, same launch shape); the max is
 // taken on the pairs as they are, one instruction per two values.
 template <class T, int VECS, bool ALIGNED>
@@ -277,8 +275,8 @@ struct RowBits {
       const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        s_lo += Vec<T>::exp2(fmaf(Bits::lo(w[k]), LOG2E, -m_scaled));
-        s_hi += Vec<T>::exp2(fmaf(Bits::hi(w[k]), LOG2E, -m_scaled));
+        s_lo += fast_exp2(fmaf(Bits::lo(w[k]), LOG2E, -m_scaled));
+        s_hi += fast_exp2(fmaf(Bits::hi(w[k]), LOG2E, -m_scaled));
       }
     }
     return MS{m, s_lo + s_hi};
@@ -296,8 +294,8 @@ struct RowBits {
       unsigned out[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        out[k] = masked ? 0u : Bits::pack2(Vec<T>::exp2(fmaf(Bits::lo(w[k]), LOG2E, -c)),
-                                           Vec<T>::exp2(fmaf(Bits::hi(w[k]), LOG2E, -c)));
+        out[k] = masked ? 0u : Bits::pack2(fast_exp2(fmaf(Bits::lo(w[k]), LOG2E, -c)),
+                                           fast_exp2(fmaf(Bits::hi(w[k]), LOG2E, -c)));
       if (ALIGNED) {
         if (c0 < cols) *reinterpret_cast<uint4*>(yr + c0) = make_uint4(out[0], out[1], out[2], out[3]);
       } else {
@@ -319,6 +317,8 @@ template <int VECS, bool ALIGNED> struct ClusterPart<float, VECS, ALIGNED> { usi
 // CLUSTER * blockDim.x * VECS vectors. CLUSTER may be 16 (non-portable: the launcher sets the
 // function attribute that allows it). MIN_BLOCKS (launch bounds) caps registers so that that
 // many blocks fit on one SM: while one block reduces or waits for its cluster, the others load.
+// (MIN_BLOCKS 1 is passed as 0, no minimum: with an explicit 1 ptxas spilled in the misaligned fp32
+// instances.)
 //
 // The grid is what fits on the GPU at once (the launcher asks the driver), and the clusters share
 // the rows dynamically: cluster c starts with row c, every later row comes from a ticket counter
@@ -332,7 +332,12 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(MAX_THREADS, M
 softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int* __restrict__ tickets) {
   __shared__ Mailbox<CLUSTER> mail;
   using Part = typename ClusterPart<T, VECS, ALIGNED>::type;
-  const int G = blockDim.x * CLUSTER, t = cluster_rank() * blockDim.x + threadIdx.x;
+  // The launch is always MAX_THREADS threads a block, so the threads sharing a row are a constant
+  // and the distances between a thread's vectors are compile-time offsets. With blockDim.x here
+  // the row loop kept 16 64-bit offsets alive (32 registers), and a 16 x 128 x 16 bf16 block needed
+  // 115 registers: 4 blocks per SM instead of 5 (262144 bf16 columns: 94.6 -> 96 % of copy).
+  constexpr int G = MAX_THREADS * CLUSTER;
+  const int t = cluster_rank() * MAX_THREADS + threadIdx.x;
   int row = blockIdx.x / CLUSTER;
   mail.init();
   cluster_arrive();  // every block's mailbox is set up before anyone posts to it
@@ -400,7 +405,7 @@ template __global__ void softmax_fast_2pass<bf16_t, 1, false> A07_FAST_ARGS(bf16
 #define A07_CLUSTER_ARGS(T) (const T* __restrict__, T* __restrict__, int, int, int* __restrict__)
 template __global__ void softmax_fast_cluster<float, 8, 2, 1024, 1, true> A07_CLUSTER_ARGS(float);
 template __global__ void softmax_fast_cluster<float, 8, 16, 512, 1, false> A07_CLUSTER_ARGS(float);
-template __global__ void softmax_fast_cluster<bf16_t, 16, 16, 128, 4, true> A07_CLUSTER_ARGS(bf16_t);
+template __global__ void softmax_fast_cluster<bf16_t, 16, 16, 128, 5, true> A07_CLUSTER_ARGS(bf16_t);
 template __global__ void softmax_fast_cluster<bf16_t, 8, 4, 128, 6, false> A07_CLUSTER_ARGS(bf16_t);
 template __global__ void softmax_fast_cluster<f16_t, 8, 16, 256, 4, true> A07_CLUSTER_ARGS(f16_t);
 #endif
