@@ -6,6 +6,10 @@
 - every implementation over fp32 and bf16, cols 128 ... 262144 (powers of two and a few odd
   sizes), rows x cols = 2^28 elements (1 GiB of fp32, many times the 60 MB L2);
 - warm-up, then the median of CUDA-event timings (triton.testing.do_bench, median);
+- the fast softmax and its two peers (torch.softmax, the Triton row kernel) are timed in ROUNDS
+  interleaved rounds, each round in a rotated order, and each gets the median of its rounds; the
+  rounds are kept (`ms_rounds`), so that their spread says how far apart two results must be
+  before one is really faster (kernels/results.py, fast_summary);
 - every timed output checked against a float64 reference computed on the GPU;
 - results/<gpu-slug>/bench.json plus PNG plots beside it.
 
@@ -29,6 +33,7 @@ from .native import ROOT
 TOTAL = 2**28
 COLS = [128, 256, 512, 1000, 1024, 2048, 3000, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 QUICK_COLS = [128, 1024, 8192, 65536, 262144]
+ROUNDS = 3  # interleaved timing rounds for the fast softmax and its peers
 MASK_COLS = {128, 512, 1024, 2048, 4096, 8192}  # S for (batch*heads, S, S) attention scores
 
 # implementation -> traversals in the traffic model (what it really moves)
@@ -42,6 +47,19 @@ TRAVERSALS = {
 
 def gbps(nbytes: float, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9
+
+
+def interleaved(fns: dict, rounds: int, time) -> dict:
+    """{name: [time of round 1, round 2, ...]}. Every round times every function once; round r
+    starts r places further along the list, so no implementation is always timed first or last and
+    a drift during the run (clocks, temperature) falls on all of them alike."""
+    names = list(fns)
+    out = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for n in names[k:] + names[:k]:
+            out[n].append(time(fns[n]))
+    return out
 
 
 def max_rel_err_gpu(got, ref64) -> float:
@@ -81,19 +99,41 @@ class Bench:
         del src, dst
         return gbps(2 * TOTAL * 4, ms)
 
-    def record(self, impl, op, x, fn, out, ref64, tol):
-        """Check once on a poisoned output, then time; append a run."""
+    def check(self, fn, out, ref64) -> float:
+        """Run fn once on a poisoned output; its max relative error against float64."""
         out.fill_(float("nan"))
         fn()
         self.torch.cuda.synchronize()
-        err = max_rel_err_gpu(out, ref64)
-        ms = self.time(fn)
+        return max_rel_err_gpu(out, ref64)
+
+    def add(self, impl, op, x, ms, err, tol, **extra):
+        """Append a run."""
         nbytes = 2 * x.numel() * x.element_size()
         run = dict(impl=impl, op=op, dtype=str(x.dtype).replace("torch.", ""), rows=x.shape[0], cols=x.shape[1],
                    ms=ms, GBps_min_bytes=gbps(nbytes, ms), traversals=TRAVERSALS[impl], max_rel_err=err,
-                   passed=bool(err <= tol))
+                   passed=bool(err <= tol), **extra)
         self.runs.append(run)
         return run
+
+    def record(self, impl, op, x, fn, out, ref64, tol):
+        """Check once on a poisoned output, then time; append a run."""
+        err = self.check(fn, out, ref64)
+        return self.add(impl, op, x, self.time(fn), err, tol)
+
+    def compare(self, op, x, entries, ref64, tol):
+        """entries: [(impl, fn, output)], output the array fn writes or a function returning it.
+        Check each once, then time them in ROUNDS interleaved rounds; append one run each, its ms
+        the median of its rounds."""
+        errs = {}
+        for impl, fn, out in entries:
+            if callable(out):  # an op that allocates its own output: check what it returns
+                fn()
+                errs[impl] = max_rel_err_gpu(out(), ref64)
+            else:
+                errs[impl] = self.check(fn, out, ref64)
+        rounds = interleaved({impl: fn for impl, fn, _ in entries}, ROUNDS, self.time)
+        for impl, _, _ in entries:
+            self.add(impl, op, x, float(np.median(rounds[impl])), errs[impl], tol, ms_rounds=rounds[impl])
 
 
 def run_softmax_family(b: Bench, dtype, cols: int, progress):
@@ -115,19 +155,14 @@ def run_softmax_family(b: Bench, dtype, cols: int, progress):
         res["y"] = torch.softmax(x, -1)
 
     b_out = out
-    torch_softmax()
-    err = max_rel_err_gpu(res["y"], ref)
-    ms = b.time(torch_softmax)
-    b.runs.append(dict(impl="torch.softmax", op="softmax", dtype=str(dtype).replace("torch.", ""), rows=rows,
-                       cols=cols, ms=ms, GBps_min_bytes=gbps(2 * x.numel() * x.element_size(), ms),
-                       traversals=2, max_rel_err=err, passed=bool(err <= tol)))
-    progress()
+    # the fast softmax and its peers: interleaved rounds (see compare)
+    peers = [("torch.softmax", torch_softmax, lambda: res["y"])]
     if cols <= T.MAX_ROW_COLS:
-        b.record("triton.softmax", "softmax", x, lambda: T.softmax(x, out=b_out), b_out, ref, tol)
-    progress()
+        peers.append(("triton.softmax", lambda: T.softmax(x, out=b_out), b_out))
+    peers.append(("cuda.softmax_fast", lambda: fast.softmax(x, out=b_out), b_out))
+    b.compare("softmax", x, peers, ref, tol)
+    progress(3)
     b.record("triton.softmax_online", "softmax", x, lambda: T.softmax_online(x, out=b_out), b_out, ref, tol)
-    progress()
-    b.record("cuda.softmax_fast", "softmax", x, lambda: fast.softmax(x, out=b_out), b_out, ref, tol)
     progress()
     if dtype == torch.float32:
         for k in native.LAB1_KERNELS:
@@ -300,7 +335,7 @@ def main(argv=None) -> int:
     print(f"{name}: device-to-device copy {copy:.0f} GB/s")
     total_steps = len(cols_list) * 2 * 11 + sum(1 for c in cols_list if c in MASK_COLS) * 2 * 5
     bar = tqdm(total=total_steps, desc="bench", unit="run")
-    step = lambda: bar.update(1)
+    step = lambda n=1: bar.update(n)
     for dtype in (torch.float32, torch.bfloat16):
         for cols in cols_list:
             run_softmax_family(b, dtype, cols, step)

@@ -46,6 +46,12 @@ def schema_errors(d: dict) -> list:
             errs.append(f"runs[{i}].op: {r.get('op')!r} not in {OPS}")
         if not str(r.get("impl", "")).startswith(("cuda.", "hip.", "triton.", "torch.")):
             errs.append(f"runs[{i}].impl: {r.get('impl')!r} does not name its source")
+        if "ms_rounds" in r:  # optional: the interleaved timing rounds whose median is ms
+            rounds = r["ms_rounds"]
+            if not (isinstance(rounds, list) and rounds and all(isinstance(v, (int, float)) and v > 0 for v in rounds)):
+                errs.append(f"runs[{i}].ms_rounds: expected a list of positive times, got {rounds!r}")
+            elif isinstance(r.get("ms"), (int, float)) and abs(float(np.median(rounds)) - r["ms"]) > 1e-9 * r["ms"]:
+                errs.append(f"runs[{i}].ms: {r['ms']} is not the median of its ms_rounds")
     return errs
 
 
@@ -126,15 +132,36 @@ def fast_scorecard(d: dict, dtype: str):
     return out
 
 
+def fast_spread(d: dict, dtype: str) -> dict:
+    """{cols: spread in %} for the fast softmax and its peers: the largest (max - min) / median of
+    one implementation's timing rounds at that length, i.e. how much the same kernel moved within
+    the run. Two results closer than this are a tie, not a win. Empty for a bench.json without
+    rounds."""
+    out = {}
+    for r in d["runs"]:
+        if r["op"] == "softmax" and r["dtype"] == dtype and r["impl"] in FAST_PEERS and r.get("ms_rounds"):
+            ms = r["ms_rounds"]
+            out[r["cols"]] = max(out.get(r["cols"], 0.0), 100 * (max(ms) - min(ms)) / float(np.median(ms)))
+    return out
+
+
 def fast_summary(d: dict, dtype: str) -> str:
-    """Where the fast softmax meets its targets (>= 95 % of copy, faster than every peer) and where not."""
+    """Where the fast softmax meets its targets (>= 95 % of copy, faster than every peer) and where
+    not; margins smaller than the spread of the timing rounds (fast_spread) are called out as such."""
     card = fast_scorecard(d, dtype)
+    spread = fast_spread(d, dtype)
+    margin = {c: 100 * (v[0] / v[3] - 1) for c, v in card.items() if v[3] == v[3]}  # no peer: NaN
+    close = {c for c, m in margin.items() if c in spread and abs(m) <= spread[c]}
     at95 = [c for c, v in card.items() if v[1] >= 95]
-    behind = {c: 100 * (v[0] / v[3] - 1) for c, v in card.items() if v[0] <= v[3]}
+    behind = {c: m for c, m in margin.items() if m <= 0}
     line = (f"{dtype}: >= 95 % of copy at {len(at95)} of {len(card)} lengths; faster than torch.softmax and "
             f"the Triton row kernel at {len(card) - len(behind)} of {len(card)}")
+    narrow = [str(c) for c in card if c in close and c not in behind]
+    if narrow:
+        line += f" (by less than the timing rounds' spread at {', '.join(narrow)})"
     if behind:
-        line += "; behind the faster peer at " + ", ".join(f"{c} ({p:+.1f} %)" for c, p in behind.items())
+        line += "; behind the faster peer at " + ", ".join(
+            f"{c} ({p:+.1f} %{', within the spread' if c in close else ''})" for c, p in behind.items())
     below = [f"{c} ({v[1]:.1f} %)" for c, v in card.items() if v[1] < 95]
     if below:
         line += "; below 95 % of copy at " + ", ".join(below)

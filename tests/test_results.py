@@ -78,3 +78,64 @@ def test_bench_refuses_politely_without_a_gpu(capsys):
         return
     assert bench.main([]) == 1
     assert "no GPU here" in capsys.readouterr().out
+
+
+def test_interleaved_rounds_rotate_the_order():
+    """Each implementation is timed once per round, and each one opens a round: no fixed position."""
+    from kernels import bench
+
+    calls = []
+    fns = {n: n for n in ("torch", "triton", "fast")}
+    got = bench.interleaved(fns, 3, lambda f: calls.append(f) or float(len(calls)))
+    assert calls == ["torch", "triton", "fast", "triton", "fast", "torch", "fast", "torch", "triton"]
+    assert got == {"torch": [1.0, 6.0, 8.0], "triton": [2.0, 4.0, 9.0], "fast": [3.0, 5.0, 7.0]}
+    assert [calls[i] for i in (0, 3, 6)] == ["torch", "triton", "fast"]
+
+
+def _card(rounds: dict, copy: float = 100.0) -> dict:
+    """A bench.json with the fast softmax and its peers at a few lengths: {cols: {impl: ms rounds}}."""
+    import numpy as np
+
+    runs = []
+    for cols, per in rounds.items():
+        for impl, ms in per.items():
+            med = float(np.median(ms))
+            runs.append(dict(impl=impl, op="softmax", dtype="float32", rows=1, cols=cols, ms=med,
+                             GBps_min_bytes=100.0 / med, traversals=2, max_rel_err=0.0, passed=True,
+                             ms_rounds=list(ms)))
+    return {"gpu": "g", "date": "d", "versions": {"torch": 1, "triton": 1, "cupy": 1, "cuda": 1},
+            "sources_sha256": {}, "copy_GBps": copy, "runs": runs}
+
+
+def test_fast_summary_tells_a_tie_from_a_loss():
+    d = _card({
+        128: {"cuda.softmax_fast": [1.00, 1.00, 1.00], "torch.softmax": [1.20, 1.21, 1.19], "triton.softmax": [1.1, 1.1, 1.1]},
+        256: {"cuda.softmax_fast": [1.01, 1.00, 1.03], "torch.softmax": [1.20, 1.20, 1.20], "triton.softmax": [1.0, 1.0, 1.0]},
+        512: {"cuda.softmax_fast": [1.10, 1.10, 1.10], "torch.softmax": [1.20, 1.20, 1.20], "triton.softmax": [1.0, 1.0, 1.0]},
+        1024: {"cuda.softmax_fast": [0.99, 0.99, 1.005], "torch.softmax": [1.20, 1.20, 1.20], "triton.softmax": [1.0, 1.01, 1.0]},
+    })
+    assert results.schema_errors(d) == []
+    spread = results.fast_spread(d, "float32")
+    assert abs(spread[128] - 2 / 1.2) < 1e-9 and abs(spread[256] - 3 / 1.01) < 1e-9 and spread[512] == 0.0
+    line = results.fast_summary(d, "float32")
+    assert "faster than torch.softmax and the Triton row kernel at 2 of 4" in line
+    assert "(by less than the timing rounds' spread at 1024)" in line  # +1 %, rounds moved by 1.5 %
+    assert "256 (-1.0 %, within the spread)" in line                   # -1 %, rounds moved by 3 %
+    assert "512 (-9.1 %)" in line                                      # a loss
+
+
+def test_fast_summary_without_rounds_makes_no_spread_claims():
+    d = _card({256: {"cuda.softmax_fast": [1.01], "triton.softmax": [1.0]}})
+    for r in d["runs"]:
+        del r["ms_rounds"]
+    assert results.fast_spread(d, "float32") == {}
+    assert results.fast_summary(d, "float32").endswith("behind the faster peer at 256 (-1.0 %)")
+
+
+def test_schema_checks_the_timing_rounds():
+    d = _card({256: {"cuda.softmax_fast": [1.0, 2.0, 3.0]}})
+    assert results.schema_errors(d) == []
+    d["runs"][0]["ms"] = 1.0
+    assert "is not the median of its ms_rounds" in " ".join(results.schema_errors(d))
+    d["runs"][0]["ms_rounds"] = [1.0, -2.0]
+    assert "expected a list of positive times" in " ".join(results.schema_errors(d))
