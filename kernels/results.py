@@ -133,15 +133,18 @@ def fast_scorecard(d: dict, dtype: str):
 
 
 def fast_spread(d: dict, dtype: str) -> dict:
-    """{cols: spread in %} for the fast softmax and its peers: the largest (max - min) / median of
-    one implementation's timing rounds at that length, i.e. how much the same kernel moved within
-    the run. Two results closer than this are a tie, not a win. Empty for a bench.json without
-    rounds."""
+    """{cols: spread in %} between the fast softmax and its best peer at each length: the larger of
+    the two kernels' (max - min) / median over their timing rounds, i.e. how much the same kernel
+    moved within the run. Two results closer than this are a tie, not a win. (The slower peer's
+    rounds do not count: torch.softmax allocates its output, and its rounds wander the most.)
+    Empty for a bench.json without rounds."""
+    rounds = {(r["impl"], r["cols"]): r["ms_rounds"] for r in d["runs"]
+              if r["op"] == "softmax" and r["dtype"] == dtype and r.get("ms_rounds")}
     out = {}
-    for r in d["runs"]:
-        if r["op"] == "softmax" and r["dtype"] == dtype and r["impl"] in FAST_PEERS and r.get("ms_rounds"):
-            ms = r["ms_rounds"]
-            out[r["cols"]] = max(out.get(r["cols"], 0.0), 100 * (max(ms) - min(ms)) / float(np.median(ms)))
+    for c, (_, _, peer, _) in fast_scorecard(d, dtype).items():
+        pair = [rounds.get(("cuda.softmax_fast", c)), rounds.get((peer, c))]
+        if all(pair):
+            out[c] = max(100 * (max(ms) - min(ms)) / float(np.median(ms)) for ms in pair)
     return out
 
 
