@@ -148,23 +148,33 @@ def fast_spread(d: dict, dtype: str) -> dict:
     return out
 
 
+def fast_margins(d: dict, dtype: str) -> dict:
+    """{cols: (margin in %, spread in % or None, tie)}: the fast softmax against its best peer at each
+    length that has one; a tie when the margin is no larger than the spread of the timing rounds."""
+    spread = fast_spread(d, dtype)
+    out = {}
+    for c, (g, _, peer, pg) in fast_scorecard(d, dtype).items():
+        if peer is not None:
+            m, s = 100 * (g / pg - 1), spread.get(c)
+            out[c] = (m, s, s is not None and abs(m) <= s)
+    return out
+
+
 def fast_summary(d: dict, dtype: str) -> str:
     """Where the fast softmax meets its targets (>= 95 % of copy, faster than every peer) and where
-    not; margins smaller than the spread of the timing rounds (fast_spread) are called out as such."""
+    not; margins smaller than the spread of the timing rounds (fast_margins) are called out as such."""
     card = fast_scorecard(d, dtype)
-    spread = fast_spread(d, dtype)
-    margin = {c: 100 * (v[0] / v[3] - 1) for c, v in card.items() if v[3] == v[3]}  # no peer: NaN
-    close = {c for c, m in margin.items() if c in spread and abs(m) <= spread[c]}
+    margins = fast_margins(d, dtype)
     at95 = [c for c, v in card.items() if v[1] >= 95]
-    behind = {c: m for c, m in margin.items() if m <= 0}
+    behind = {c: m for c, (m, _, _) in margins.items() if m <= 0}
     line = (f"{dtype}: >= 95 % of copy at {len(at95)} of {len(card)} lengths; faster than torch.softmax and "
             f"the Triton row kernel at {len(card) - len(behind)} of {len(card)}")
-    narrow = [str(c) for c in card if c in close and c not in behind]
+    narrow = [str(c) for c, (m, _, tie) in margins.items() if tie and c not in behind]
     if narrow:
         line += f" (by less than the timing rounds' spread at {', '.join(narrow)})"
     if behind:
         line += "; behind the faster peer at " + ", ".join(
-            f"{c} ({p:+.1f} %{', within the spread' if c in close else ''})" for c, p in behind.items())
+            f"{c} ({p:+.1f} %{', within the spread' if margins[c][2] else ''})" for c, p in behind.items())
     below = [f"{c} ({v[1]:.1f} %)" for c, v in card.items() if v[1] < 95]
     if below:
         line += "; below 95 % of copy at " + ", ".join(below)

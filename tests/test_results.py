@@ -118,6 +118,8 @@ def test_fast_summary_tells_a_tie_from_a_loss():
     spread = results.fast_spread(d, "float32")
     # fast against its best peer only: torch.softmax's wobble at 128 does not count
     assert spread[128] == 0.0 and abs(spread[256] - 3 / 1.01) < 1e-9 and spread[512] == 0.0
+    margins = results.fast_margins(d, "float32")
+    assert {c: tie for c, (_, _, tie) in margins.items()} == {128: False, 256: True, 512: False, 1024: True}
     line = results.fast_summary(d, "float32")
     assert "faster than torch.softmax and the Triton row kernel at 2 of 4" in line
     assert "(by less than the timing rounds' spread at 1024)" in line  # +1 %, rounds moved by 1.5 %
