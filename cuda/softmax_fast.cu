@@ -24,6 +24,10 @@
 // keeps fp32 subnormals; portability.h says why the exact form buys nothing here). The 16-bit types
 // travel as raw bits (f16_t, bf16_t): no vendor fp16 header.
 //
+// The loads ask L2 to keep what they read (evict_last, load16_if in portability.h): the input is
+// read once, yet with the hint the L2 evicts the output lines first, and on the H200 every fp32
+// length streamed 1.4-4.4 points of copy bandwidth faster, past the copy itself (NOTES.md).
+//
 // Every kernel is a template; kernels/fast.py instantiates the ones a shape needs through CuPy
 // RawModule name expressions, e.g. "softmax_fast_warp<bf16_t, 2, 8, 1, true>".
 #include "online_softmax.h"
@@ -37,6 +41,7 @@ struct bf16_t { unsigned short bits; };
 template <class T> struct Vec;
 template <> struct Vec<float> {
   static constexpr int N = 4;
+  static constexpr unsigned NEG_INF_WORD = 0xff800000u;  // a 32-bit word of -inf values
   __device__ static void unpack(uint4 u, float* f) {
     f[0] = __uint_as_float(u.x), f[1] = __uint_as_float(u.y), f[2] = __uint_as_float(u.z), f[3] = __uint_as_float(u.w);
   }
@@ -51,6 +56,7 @@ template <class T, class B>
 struct Vec16 {
   using Bits = B;
   static constexpr int N = 8;
+  static constexpr unsigned NEG_INF_WORD = B::NEG_INF2;
   __device__ static void unpack(uint4 u, float* f) {
     const unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
@@ -67,8 +73,9 @@ struct BF16Bits {  // bf16 is the top half of a float: widening is a shift
   __device__ static float lo(unsigned w) { return __uint_as_float(w << 16); }
   __device__ static float hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
   __device__ static unsigned pack2(float a, float b) { return pack_bf162(a, b); }
+  static constexpr unsigned NEG_INF2 = 0xff80ff80u;  // two -inf
+  static constexpr bool SHIFT_UNPACK = true;           // widening needs no extra registers
 #if A07_HAS_CLUSTERS
-  static constexpr unsigned NEG_INF2 = 0xff80ff80u;
   __device__ static unsigned max2(unsigned a, unsigned b) { return max_bf162(a, b); }
 #endif
 };
@@ -76,8 +83,9 @@ struct F16Bits {
   __device__ static float lo(unsigned w) { return half_bits_to_float(static_cast<unsigned short>(w)); }
   __device__ static float hi(unsigned w) { return half_bits_to_float(static_cast<unsigned short>(w >> 16)); }
   __device__ static unsigned pack2(float a, float b) { return pack_half2(a, b); }
-#if A07_HAS_CLUSTERS
   static constexpr unsigned NEG_INF2 = 0xfc00fc00u;
+  static constexpr bool SHIFT_UNPACK = false;
+#if A07_HAS_CLUSTERS
   __device__ static unsigned max2(unsigned a, unsigned b) { return max_half2(a, b); }
 #endif
 };
@@ -100,12 +108,7 @@ struct RowPart {
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N;
       if (ALIGNED) {
-        if (c0 < cols) {
-          Vec<T>::unpack(*reinterpret_cast<const uint4*>(xr + c0), v + j * N);
-        } else {
-#pragma unroll
-          for (int e = 0; e < N; ++e) v[j * N + e] = A07_NEG_INF;
-        }
+        Vec<T>::unpack(load16_if(xr + c0, c0 < cols, Vec<T>::NEG_INF_WORD), v + j * N);
       } else {
 #pragma unroll
         for (int e = 0; e < N; ++e) v[j * N + e] = c0 + e < cols ? Vec<T>::scalar(xr[c0 + e]) : A07_NEG_INF;
@@ -241,6 +244,11 @@ struct RowBits {
   static constexpr int N = Vec<T>::N;  // 8 values, 4 words, one uint4
   using Bits = typename Vec<T>::Bits;
   static constexpr unsigned NEG_INF2 = Bits::NEG_INF2;  // two -inf
+  // load16_if (the L2-hinted load) takes a few more registers than the plain load. The instances
+  // with 16 vectors a thread, and fp16's (its conversions need registers of their own), sit at
+  // their launch bound and spilled with it (NVRTC's report), so they keep the plain load; bf16
+  // with 8 vectors gains 3 points of copy at 32768-65536 columns (NOTES.md, seventh round).
+  static constexpr bool HINTED = Bits::SHIFT_UNPACK && VECS <= 8;
   uint4 u[VECS];
 
   __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G) {
@@ -248,7 +256,8 @@ struct RowBits {
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N;
       if (ALIGNED) {
-        u[j] = c0 < cols ? *reinterpret_cast<const uint4*>(xr + c0) : make_uint4(NEG_INF2, NEG_INF2, NEG_INF2, NEG_INF2);
+        if constexpr (HINTED) u[j] = load16_if(xr + c0, c0 < cols, NEG_INF2);
+        else u[j] = c0 < cols ? *reinterpret_cast<const uint4*>(xr + c0) : make_uint4(NEG_INF2, NEG_INF2, NEG_INF2, NEG_INF2);
       } else {  // one element at a time, paired up in registers; missing ones are -inf
         unsigned w[4];
 #pragma unroll
