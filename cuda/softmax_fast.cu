@@ -24,9 +24,10 @@
 // keeps fp32 subnormals; portability.h says why the exact form buys nothing here). The 16-bit types
 // travel as raw bits (f16_t, bf16_t): no vendor fp16 header.
 //
-// The loads ask L2 to keep what they read (evict_last, load16_if in portability.h): the input is
-// read once, yet with the hint the L2 evicts the output lines first, and on the H200 every fp32
-// length streamed 1.4-4.4 points of copy bandwidth faster, past the copy itself (NOTES.md).
+// The loads carry an L2 eviction-priority hint, evict_last (load16_if in portability.h), although
+// each input byte is read once: on the H200 every fp32 length streamed 1.4-4.4 points of copy
+// bandwidth faster with it, past the copy itself, for the same DRAM bytes (ncu). What it changes is
+// which lines the L2 evicts first; why that helps the DRAM is not measured (NOTES.md, seventh round).
 //
 // Every kernel is a template; kernels/fast.py instantiates the ones a shape needs through CuPy
 // RawModule name expressions, e.g. "softmax_fast_warp<bf16_t, 2, 8, 1, true>".

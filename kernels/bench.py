@@ -183,18 +183,12 @@ def run_softmax_family(b: Bench, dtype, cols: int, progress):
 
     torch_log_softmax()
     lerr = float(((res["y"].double() - lref).abs().max()) / lref.abs().max().clamp_min(1))
-    ms = b.time(torch_log_softmax)
-    b.runs.append(dict(impl="torch.log_softmax", op="log_softmax", dtype=str(dtype).replace("torch.", ""), rows=rows,
-                       cols=cols, ms=ms, GBps_min_bytes=gbps(2 * x.numel() * x.element_size(), ms), traversals=2,
-                       max_rel_err=lerr, passed=bool(lerr <= tol)))
+    b.add("torch.log_softmax", "log_softmax", x, b.time(torch_log_softmax), lerr, tol)
     if cols <= T.MAX_ROW_COLS:
         T.log_softmax(x, out=b_out)
         torch.cuda.synchronize()
         lerr = float(((b_out.double() - lref).abs().max()) / lref.abs().max().clamp_min(1))
-        ms = b.time(lambda: T.log_softmax(x, out=b_out))
-        b.runs.append(dict(impl="triton.log_softmax", op="log_softmax", dtype=str(dtype).replace("torch.", ""),
-                           rows=rows, cols=cols, ms=ms, GBps_min_bytes=gbps(2 * x.numel() * x.element_size(), ms),
-                           traversals=2, max_rel_err=lerr, passed=bool(lerr <= tol)))
+        b.add("triton.log_softmax", "log_softmax", x, b.time(lambda: T.log_softmax(x, out=b_out)), lerr, tol)
     progress()
     del x, x64, ref, lref, out, res
 
@@ -214,7 +208,6 @@ def run_scale_mask_family(b: Bench, dtype, cols: int, progress):
     ref = torch.softmax(x.double().view(-1, q_len, cols) * scale + mask.double(), -1).view(rows, cols)
     tol = 1e-5 if dtype == torch.float32 else 1.6e-2
     out = torch.empty_like(x)
-    sdt = str(dtype).replace("torch.", "")
 
     def eager():
         return torch.softmax(x.view(-1, q_len, cols) * scale + mask, -1).view(rows, cols)
@@ -226,10 +219,7 @@ def run_scale_mask_family(b: Bench, dtype, cols: int, progress):
     for impl, fn in (("torch.scale_mask_softmax", eager), ("torch.compile.scale_mask_softmax", compiled)):
         y = fn()
         err = max_rel_err_gpu(y.to(dtype), ref)
-        ms = b.time(fn)
-        b.runs.append(dict(impl=impl, op="scale_mask_softmax", dtype=sdt, rows=rows, cols=cols, ms=ms,
-                           GBps_min_bytes=gbps(2 * x.numel() * x.element_size(), ms), traversals=TRAVERSALS[impl],
-                           max_rel_err=err, passed=bool(err <= tol)))
+        b.add(impl, "scale_mask_softmax", x, b.time(fn), err, tol)
         progress()
     b.record("triton.scale_mask_softmax", "scale_mask_softmax", x,
              lambda: T.scale_mask_softmax(x, scale, causal=True, q_len=q_len, out=out), out, ref, tol)
