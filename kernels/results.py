@@ -150,19 +150,24 @@ def fast_spread(d: dict, dtype: str) -> dict:
 
 def fast_margins(d: dict, dtype: str) -> dict:
     """{cols: (margin in %, spread in % or None, tie)}: the fast softmax against its best peer at each
-    length that has one; a tie when the margin is no larger than the spread of the timing rounds."""
+    length that has one. A tie when the two kernels' timing rounds overlap: the faster one's slowest
+    round is not faster than the other's quickest. (Comparing the margin with the spread instead would
+    let one slow round of a peer, e.g. torch.softmax allocating its output, hide a clear lead.)"""
     spread = fast_spread(d, dtype)
+    rounds = {(r["impl"], r["cols"]): r["ms_rounds"] for r in d["runs"]
+              if r["op"] == "softmax" and r["dtype"] == dtype and r.get("ms_rounds")}
     out = {}
     for c, (g, _, peer, pg) in fast_scorecard(d, dtype).items():
         if peer is not None:
-            m, s = 100 * (g / pg - 1), spread.get(c)
-            out[c] = (m, s, s is not None and abs(m) <= s)
+            mine, theirs = rounds.get(("cuda.softmax_fast", c)), rounds.get((peer, c))
+            tie = bool(mine and theirs) and max(mine) >= min(theirs) and max(theirs) >= min(mine)
+            out[c] = (100 * (g / pg - 1), spread.get(c), tie)
     return out
 
 
 def fast_summary(d: dict, dtype: str) -> str:
     """Where the fast softmax meets its targets (>= 95 % of copy, faster than every peer) and where
-    not; margins smaller than the spread of the timing rounds (fast_margins) are called out as such."""
+    not; margins whose timing rounds overlap (fast_margins) are called out as such."""
     card = fast_scorecard(d, dtype)
     margins = fast_margins(d, dtype)
     at95 = [c for c, v in card.items() if v[1] >= 95]
@@ -171,10 +176,10 @@ def fast_summary(d: dict, dtype: str) -> str:
             f"the Triton row kernel at {len(card) - len(behind)} of {len(card)}")
     narrow = [str(c) for c, (m, _, tie) in margins.items() if tie and c not in behind]
     if narrow:
-        line += f" (by less than the timing rounds' spread at {', '.join(narrow)})"
+        line += f" (with overlapping timing rounds at {', '.join(narrow)})"
     if behind:
         line += "; behind the faster peer at " + ", ".join(
-            f"{c} ({p:+.1f} %{', within the spread' if margins[c][2] else ''})" for c, p in behind.items())
+            f"{c} ({p:+.1f} %{', rounds overlap' if margins[c][2] else ''})" for c, p in behind.items())
     below = [f"{c} ({v[1]:.1f} %)" for c, v in card.items() if v[1] < 95]
     if below:
         line += "; below 95 % of copy at " + ", ".join(below)
