@@ -132,14 +132,18 @@ def fast_scorecard(d: dict, dtype: str):
     return out
 
 
+def _rounds(d: dict, dtype: str) -> dict:
+    """{(impl, cols): [ms of each timing round]} for the softmax runs that kept their rounds."""
+    return {(r["impl"], r["cols"]): r["ms_rounds"] for r in d["runs"]
+            if r["op"] == "softmax" and r["dtype"] == dtype and r.get("ms_rounds")}
+
+
 def fast_spread(d: dict, dtype: str) -> dict:
     """{cols: spread in %} between the fast softmax and its best peer at each length: the larger of
     the two kernels' (max - min) / median over their timing rounds, i.e. how much the same kernel
-    moved within the run. Two results closer than this are a tie, not a win. (The slower peer's
-    rounds do not count: torch.softmax allocates its output, and its rounds wander the most.)
-    Empty for a bench.json without rounds."""
-    rounds = {(r["impl"], r["cols"]): r["ms_rounds"] for r in d["runs"]
-              if r["op"] == "softmax" and r["dtype"] == dtype and r.get("ms_rounds")}
+    moved within the run (shown beside each margin; whether a margin is a tie is decided by the
+    rounds themselves, fast_margins). Empty for a bench.json without rounds."""
+    rounds = _rounds(d, dtype)
     out = {}
     for c, (_, _, peer, _) in fast_scorecard(d, dtype).items():
         pair = [rounds.get(("cuda.softmax_fast", c)), rounds.get((peer, c))]
@@ -154,8 +158,7 @@ def fast_margins(d: dict, dtype: str) -> dict:
     round is not faster than the other's quickest. (Comparing the margin with the spread instead would
     let one slow round of a peer, e.g. torch.softmax allocating its output, hide a clear lead.)"""
     spread = fast_spread(d, dtype)
-    rounds = {(r["impl"], r["cols"]): r["ms_rounds"] for r in d["runs"]
-              if r["op"] == "softmax" and r["dtype"] == dtype and r.get("ms_rounds")}
+    rounds = _rounds(d, dtype)
     out = {}
     for c, (g, _, peer, pg) in fast_scorecard(d, dtype).items():
         if peer is not None:
