@@ -8,9 +8,11 @@ SHELL := /bin/bash
 PYTHON  ?= python3
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
+A07     := $(VENV)/bin/a07
 SM_ARCH ?= sm_90
 GPU_ARCH ?= gfx942
-ITEMS   ?= 4
+ITEMS   ?=
+comma   := ,
 NVCC    ?= nvcc
 HIPCC   ?= hipcc
 EX      ?= 01
@@ -18,15 +20,17 @@ DIR     ?= submissions
 
 HAS_NVIDIA := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 HAS_AMD    := $(shell rocminfo 2>/dev/null | grep -q 'Name: *gfx' && echo 1)
-# NVIDIA: CuPy for the driver's CUDA major version (override: make run CUPY_EXTRA=[cuda12]).
+# NVIDIA: CuPy for the driver's CUDA major version (override: make run CUPY_EXTRA=,cuda12).
 CUDA_MAJOR := $(shell nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -1)
-CUPY_EXTRA ?= $(if $(HAS_NVIDIA),$(if $(filter 12,$(CUDA_MAJOR)),[cuda12],[cuda13]),)
+CUPY_EXTRA ?= $(if $(HAS_NVIDIA),$(if $(filter 12,$(CUDA_MAJOR)),$(comma)cuda12,$(comma)cuda13),)
+# The layers .venv gets: the course, its test tools and JupyterLab (pyproject.toml).
+EXTRAS ?= test,lab$(CUPY_EXTRA)
 # No GPU: the CPU build of torch, not a multi-GB CUDA one. TORCH_INDEX can name PyTorch's CPU
 # wheel index where plain `pip install torch` would fetch a CUDA build.
 TORCH_CPU   ?= torch==2.13.0
 TORCH_INDEX ?=
 
-GPU_FLAGS := -O3 -std=c++17 -Icommon -Icuda -DITEMS=$(ITEMS)
+GPU_FLAGS := -O3 -std=c++17 -Icommon -Icuda $(if $(ITEMS),-DITEMS=$(ITEMS))
 
 .PHONY: help run test lab doctor cuda run-cuda hip run-hip triton bench results check grade notebooks slides clean venv
 
@@ -35,11 +39,12 @@ help:
 	@echo "make test                unit tests + every notebook under nbval (no GPU needed)"
 	@echo "make lab                 JupyterLab on notebooks/"
 	@echo "make doctor              the preflight: what runs natively, in the interpreter, compile-only"
-	@echo "make cuda SM_ARCH=sm_90  build the CUDA lab programs (ITEMS=$(ITEMS)); make run-cuda runs them"
+	@echo "make cuda SM_ARCH=sm_90  build the CUDA lab programs (ITEMS=8 to hold longer rows); make run-cuda runs them"
 	@echo "make hip GPU_ARCH=gfx942 build the HIP lab programs; make run-hip runs them"
 	@echo "make triton              Lab 3: Triton kernels (GPU, or the CPU interpreter)"
 	@echo "make bench               the benchmark, on a GPU: writes results/<gpu>/bench.json + plots"
 	@echo "make results             on a GPU: bench, run-cuda.txt, notebook outputs (CPU), notebooks.txt (nbval on the GPU)"
+	@echo "Every target runs the a07 command (.venv/bin/a07 --help); make only bootstraps .venv."
 	@echo "make check EX=01         check your exercise (SOLUTION=1 checks the solution)"
 	@echo "make grade DIR=subs      check every learner's folder in DIR, write DIR/grades.md"
 	@echo "make slides              every notebook as a reveal.js deck in slides/"
@@ -48,7 +53,7 @@ help:
 
 venv: $(VENV)/.ready
 
-$(VENV)/.ready: pyproject.toml
+$(VENV)/.ready: pyproject.toml setup.py
 	@echo "== creating $(VENV) (first run only; later runs reuse it)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@if [ -z "$(HAS_NVIDIA)$(HAS_AMD)" ]; then \
@@ -57,11 +62,11 @@ $(VENV)/.ready: pyproject.toml
 	fi
 	@if [ -n "$(HAS_AMD)" ]; then \
 	  echo "== AMD GPU found: install ROCm torch and CuPy yourself first (README, 'AMD GPUs')"; fi
-	$(PY) -m pip install -q -e ".$(CUPY_EXTRA)"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@touch $@
 
 run: venv
-	$(PY) -m kernels run
+	$(A07) run
 
 test: venv
 	$(PY) -m pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
@@ -71,7 +76,7 @@ lab: venv
 	$(PY) -m jupyter lab notebooks/
 
 doctor: venv
-	@$(PY) -m kernels doctor
+	@$(A07) doctor
 
 cuda:
 	@command -v $(NVCC) >/dev/null || { echo "make cuda: nvcc not found; install the CUDA toolkit, or use the notebooks (CuPy compiles the same sources)"; exit 1; }
@@ -96,27 +101,25 @@ run-hip: hip
 	./hip/bin/fused_softmax
 
 triton: venv
-	$(PY) -m kernels.triton_softmax
+	$(A07) run --lab triton
 
 bench: venv
-	$(PY) -m kernels.bench
+	$(A07) bench
 
 results: venv
-	$(PY) -m kernels.record
+	$(A07) results
 
 check: venv
-	SOLUTION=$(SOLUTION) $(PY) -m kernels check $(EX)
+	$(A07) check $(EX) $(if $(filter 1,$(SOLUTION)),--solution)
 
 grade: venv
-	$(PY) -m kernels.grade $(DIR)
+	$(A07) grade $(DIR)
 
 notebooks: venv
-	$(PY) -m kernels.record refresh
+	$(A07) notebooks
 
 slides: venv
-	@mkdir -p slides
-	$(PY) -m jupyter nbconvert --to slides --output-dir slides notebooks/*.ipynb
-	@echo "open slides/<notebook>.slides.html in a browser"
+	$(A07) slides --out slides
 
 clean:
 	rm -rf cuda/bin hip/bin slides .pytest_cache

@@ -4,10 +4,11 @@
 // Nothing here knows whether it runs on NVIDIA (warpSize 32) or AMD CDNA (warpSize 64): the
 // reductions read the warp width from the built-in warpSize and shuffle through SHFL_XOR.
 #pragma once
+#include "course_constants.h"
 #include "portability.h"
 
 #ifndef BLOCK
-#define BLOCK 256  // threads per block: a power of two and a multiple of both 32 and 64
+#define BLOCK A07_BLOCK  // threads per block (a caller may override it with -DBLOCK=...)
 #endif
 
 // Running statistics of a set of scores: m = their max, s = sum(exp(x - m)).

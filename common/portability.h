@@ -59,9 +59,9 @@ __device__ __forceinline__ uint4 load16_if(const void* p, bool inside, unsigned 
 #else
 // 2^x on the special-function unit: the MUFU.EX2 alone. `.ftz`: results below FLT_MIN (1.2e-38)
 // are 0. The form without .ftz returns them as subnormals for three more instructions per exp (a
-// compare and two predicated multiplies), which cost up to 4 % of copy bandwidth, and buys nothing
+// compare and two predicated multiplies) on a path that is at the copy ceiling, and buys nothing
 // here: as CuPy compiles the kernels, the arithmetic around the exp flushes subnormals anyway
-// (results/nvidia-h200/NOTES.md). fp16 cannot hold such values at all.
+// (docs/performance.md). fp16 cannot hold such values at all.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -71,9 +71,8 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // from `inside ? *p : other`: the predicate sits on the load instruction itself, so no branch
 // separates a thread's loads and they are all in flight together; and the load carries an L2
 // eviction-priority hint, evict_last (a cache policy from createpolicy, which ptxas folds into a
-// constant). On the H200 the hint lifted the fast softmax by 1.4-4.4 points of copy bandwidth at
-// every fp32 row length, and 16-bit rows up to 16384 by 0.8-4.4; evict_first cost 2-5 points
-// (results/nvidia-h200/NOTES.md, seventh round).
+// constant). Each input byte is read once, yet the hint makes the fast softmax faster and
+// evict_first makes it slower (docs/performance.md has the measurements and their controls).
 __device__ __forceinline__ uint4 load16_if(const void* p, bool inside, unsigned other) {
   unsigned long long policy;
   asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));

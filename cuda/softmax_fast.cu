@@ -6,7 +6,8 @@
 //     for a few hundred bytes;
 //   - a long row (262144 fp32 = 1 MiB) does not fit in one block's registers, so the lab falls back
 //     to two reads.
-// So the row length picks the mapping (kernels/fast.py holds the table, measured on the H200):
+// So the row length picks the mapping (a07_softmax/fast.py holds the table; docs/performance.md the
+// evidence behind each tier):
 //
 //   kernel                 one row is owned by           row lives in          (m, s) reduction
 //   softmax_fast_warp      GROUP lanes of a warp         registers             xor shuffles in the group
@@ -25,12 +26,12 @@
 // travel as raw bits (f16_t, bf16_t): no vendor fp16 header.
 //
 // The loads carry an L2 eviction-priority hint, evict_last (load16_if in portability.h), although
-// each input byte is read once: on the H200 every fp32 length streamed 1.4-4.4 points of copy
-// bandwidth faster with it, past the copy itself, for the same DRAM bytes (ncu). What it changes is
-// which lines the L2 evicts first; why that helps the DRAM is not measured (NOTES.md, seventh round).
+// each input byte is read once. It moves the same DRAM bytes (ncu) in less time; it changes only
+// which lines the L2 evicts first, and why that helps is an open question (docs/performance.md).
 //
-// Every kernel is a template; kernels/fast.py instantiates the ones a shape needs through CuPy
-// RawModule name expressions, e.g. "softmax_fast_warp<bf16_t, 2, 8, 1, true>".
+// Every kernel is a template; a07_softmax/fast.py instantiates the ones a shape needs through CuPy
+// RawModule name expressions, e.g. "softmax_fast_warp<bf16_t, 2, 8, 1, true>", and the compile
+// tests instantiate every one its strategy table can pick (fast.instances()).
 #include "online_softmax.h"
 
 #define LOG2E 1.4426950408889634f
@@ -160,10 +161,10 @@ __device__ __forceinline__ MS group_combine(MS st) {
 
 // Short rows: GROUP lanes (a power of two, at most 32) per row, ROWS rows per thread, so each
 // thread has ROWS * VECS 16-byte loads in flight before its first reduction. No barrier at all.
-// Blocks of 64 threads (kernels/fast.py, WARP_THREADS): on the H200 they streamed as fast as 128 or
-// faster (1024 bf16 columns: 96.6 -> 98.8 % of copy); 32 lost a fifth (too few warps per SM).
+// Blocks of A07_FAST_WARP_THREADS (course_constants.h): two warps, enough for many resident blocks
+// per SM without the barrier-free groups idling; one warp per block leaves too few warps per SM.
 template <class T, int VECS, int GROUP, int ROWS, bool ALIGNED>
-__global__ void __launch_bounds__(64)
+__global__ void __launch_bounds__(A07_FAST_WARP_THREADS)
 softmax_fast_warp(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
   const int groups_per_block = blockDim.x / GROUP;
   const int t = threadIdx.x % GROUP;
@@ -234,12 +235,11 @@ struct Mailbox {
 
 // The part of a 16-bit row that one thread of a cluster owns, kept as the raw 16-bit values, two
 // per 32-bit register (same element ownership as RowPart). Held as floats the same bytes take twice
-// the registers, so a block would hold half as many bytes, or an SM half as many blocks: long
-// 16-bit rows held as floats streamed at 83-91 % of copy, even with the next row staged in shared
-// memory (NOTES.md). The price: exp is computed twice per element, once for the sum and once for
-// the output. Affordable because exp2 is the one-instruction .ftz form (with the
-// four-instruction one: 88 instead of 93 % at 65536 bf16 columns, same launch shape); the max is
-// taken on the pairs as they are, one instruction per two values.
+// the registers, so a block would hold half as many bytes, or an SM half as many blocks, and too
+// few loads would be in flight to stream long 16-bit rows. The price: exp is computed twice per
+// element, once for the sum and once for the output; affordable only because exp2 is the
+// one-instruction .ftz form. The max is taken on the pairs as they are, one instruction per two
+// values.
 template <class T, int VECS, bool ALIGNED>
 struct RowBits {
   static constexpr int N = Vec<T>::N;  // 8 values, 4 words, one uint4
@@ -247,8 +247,9 @@ struct RowBits {
   static constexpr unsigned NEG_INF2 = Bits::NEG_INF2;  // two -inf
   // load16_if (the L2-hinted load) takes a few more registers than the plain load. The instances
   // with 16 vectors a thread, and fp16's (its conversions need registers of their own), sit at
-  // their launch bound and spilled with it (NVRTC's report), so they keep the plain load; bf16
-  // with 8 vectors gains 3 points of copy at 32768-65536 columns (NOTES.md, seventh round).
+  // their launch bound and spilled with it (NVRTC's report), so they keep the plain load; the
+  // others take the hint like every other fast kernel (tests/test_fast.py holds every instance
+  // free of spills).
   static constexpr bool HINTED = Bits::SHIFT_UNPACK && VECS <= 8;
   uint4 u[VECS];
 
@@ -334,9 +335,9 @@ template <int VECS, bool ALIGNED> struct ClusterPart<float, VECS, ALIGNED> { usi
 // the rows dynamically: cluster c starts with row c, every later row comes from a ticket counter
 // (`tickets`, zeroed by the launcher): block 0 claims one per row and its exchange message hands
 // it to every block of the cluster. Why not simpler:
-//   - one row per cluster launch pays two cluster barriers per row (10-30 % on the H200);
+//   - one row per cluster launch pays two cluster barriers per row;
 //   - fixed shares (cluster c takes rows c, c + clusters, ...) make the slowest SM's share the
-//     kernel's time: 1-6 % slower than tickets (NOTES.md).
+//     kernel's time (docs/performance.md has both measurements).
 template <class T, int VECS, int CLUSTER, int MAX_THREADS, int MIN_BLOCKS, bool ALIGNED>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(MAX_THREADS, MIN_BLOCKS > 1 ? MIN_BLOCKS : 0)
 softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int* __restrict__ tickets) {
@@ -344,8 +345,8 @@ softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int c
   using Part = typename ClusterPart<T, VECS, ALIGNED>::type;
   // The launch is always MAX_THREADS threads a block, so the threads sharing a row are a constant
   // and the distances between a thread's vectors are compile-time offsets. With blockDim.x here
-  // the row loop kept 16 64-bit offsets alive (32 registers), and a 16 x 128 x 16 bf16 block needed
-  // 115 registers: 4 blocks per SM instead of 5 (262144 bf16 columns: 94.6 -> 96 % of copy).
+  // the row loop keeps one 64-bit offset per vector alive, which costs the registers that decide
+  // how many blocks fit on an SM.
   constexpr int G = MAX_THREADS * CLUSTER;
   const int t = cluster_rank() * MAX_THREADS + threadIdx.x;
   int row = blockIdx.x / CLUSTER;
@@ -353,10 +354,9 @@ softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int c
   cluster_arrive();  // every block's mailbox is set up before anyone posts to it
   cluster_wait();
   for (int i = 0; row < rows; ++i) {
-    // Block 0 claims the cluster's next row. Where was measured: after issuing the loads, the
-    // atomic's round trip overlaps them instead of holding warp 0, and so the block, back (fp32
-    // 262144: 93 -> 96 % of copy); misaligned rows claim first (it spares the element loads a
-    // register).
+    // Block 0 claims the cluster's next row after issuing its loads, so the atomic's round trip
+    // overlaps them instead of holding warp 0, and with it the block, back; misaligned rows claim
+    // first (it spares the element loads a register).
     const auto claim = [&] {
       if (cluster_rank() == 0 && threadIdx.x == 0) mail.claimed[i & 1] = gridDim.x / CLUSTER + atomicAdd(tickets, 1);
     };
@@ -379,7 +379,7 @@ softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int c
 // VECS vectors per thread per step keep enough loads in flight. For rows of a few hundred KB the
 // second read mostly hits L2 (the rows in flight at once are far smaller than its 50 MB).
 template <class T, int VECS, bool ALIGNED>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(A07_FAST_TWOPASS_THREADS)
 softmax_fast_2pass(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
   const long long row = blockIdx.x;
   const T* xr = x + row * cols;
@@ -399,24 +399,3 @@ softmax_fast_2pass(const T* __restrict__ x, T* __restrict__ y, int rows, int col
     part.store(yr + base, cols - base, threadIdx.x, blockDim.x, mine.m, total);
   }
 }
-
-// Explicit instantiations for compile-only checks (hipcc, nvcc): -DA07_FAST_INSTANTIATE.
-#ifdef A07_FAST_INSTANTIATE
-#define A07_FAST_ARGS(T) (const T* __restrict__, T* __restrict__, int, int)
-template __global__ void softmax_fast_warp<float, 2, 16, 1, true> A07_FAST_ARGS(float);
-template __global__ void softmax_fast_warp<bf16_t, 2, 8, 1, false> A07_FAST_ARGS(bf16_t);
-template __global__ void softmax_fast_warp<f16_t, 4, 32, 1, true> A07_FAST_ARGS(f16_t);
-template __global__ void softmax_fast_block<float, 2, 128, true> A07_FAST_ARGS(float);
-template __global__ void softmax_fast_block<bf16_t, 8, 128, true> A07_FAST_ARGS(bf16_t);
-template __global__ void softmax_fast_block<f16_t, 4, 64, false> A07_FAST_ARGS(f16_t);
-template __global__ void softmax_fast_2pass<float, 4, true> A07_FAST_ARGS(float);
-template __global__ void softmax_fast_2pass<bf16_t, 1, false> A07_FAST_ARGS(bf16_t);
-#if A07_HAS_CLUSTERS
-#define A07_CLUSTER_ARGS(T) (const T* __restrict__, T* __restrict__, int, int, int* __restrict__)
-template __global__ void softmax_fast_cluster<float, 8, 2, 1024, 1, true> A07_CLUSTER_ARGS(float);
-template __global__ void softmax_fast_cluster<float, 8, 16, 512, 1, false> A07_CLUSTER_ARGS(float);
-template __global__ void softmax_fast_cluster<bf16_t, 16, 16, 128, 5, true> A07_CLUSTER_ARGS(bf16_t);
-template __global__ void softmax_fast_cluster<bf16_t, 8, 4, 128, 6, false> A07_CLUSTER_ARGS(bf16_t);
-template __global__ void softmax_fast_cluster<f16_t, 8, 16, 256, 4, true> A07_CLUSTER_ARGS(f16_t);
-#endif
-#endif

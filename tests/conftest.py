@@ -1,22 +1,14 @@
-import os
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from a07_softmax import backend
 
-import kernels  # noqa: E402
-
-# Before anything imports triton: no GPU -> the Triton interpreter on CPU tensors.
-kernels.use_interpreter()
-
-from kernels import backend  # noqa: E402
+# Before any test module defines the Triton kernels: no GPU for torch -> the Triton interpreter.
+backend.use_interpreter()
 
 
 def pytest_collection_modifyitems(config, items):
     b = backend.detect()
-    if b.gpu is not None and b.cupy_version:
+    if b.native:
         return
     why = ("no GPU on this machine (CuPy finds no device): GPU tests run with `pytest -m gpu` on an "
            "NVIDIA or AMD GPU" if b.gpu is None else "GPU found but CuPy is missing: pip install -e .[cuda13]")
@@ -34,6 +26,3 @@ def rng(request):
 
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
-
-ON_GPU = backend.detect().gpu is not None
-DEVICE = "cuda" if ON_GPU and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"

@@ -1,23 +1,36 @@
-"""Backend detection and the doctor's preflight."""
+"""The one probe of the machine (backend.detect) and the doctor's preflight, on this machine and on
+machines described to it (so a CPU-only CI proves what a GPU machine would be told, and back)."""
 import io
+import os
+import subprocess
+import sys
 
-from kernels import backend
+import pytest
+
+from a07_softmax import backend
+from a07_softmax.backend import Backends, Device
+from a07_softmax.paths import ROOT
+
+H200 = Device("NVIDIA", "NVIDIA H200", "sm_90", 132, 32)
 
 
-def test_detection_is_consistent():
+def _doctor(b: Backends) -> str:
+    out = io.StringIO()
+    assert backend.doctor(file=out, b=b) == 0
+    return out.getvalue()
+
+
+def test_detection_here_is_consistent():
     b = backend.detect()
     assert b.best in {"cuda", "hip", "triton", "triton-interpreter", "cpu"}
-    if b.gpu is None:
-        assert b.best in {"triton-interpreter", "cpu"}
-        assert not b.triton_gpu
+    if b.gpu is None and not b.torch_gpu:
+        assert b.best in {"triton-interpreter", "cpu"} and not b.triton_gpu
     if b.nvidia:
         assert b.nvidia.arch.startswith("sm_") and b.nvidia.sm_count > 0 and b.nvidia.warp_size == 32
 
 
 def test_doctor_prints_one_line_per_check_and_a_verdict():
-    out = io.StringIO()
-    assert backend.doctor(file=out) == 0
-    text = out.getvalue()
+    text = _doctor(backend.detect())
     lines = text.splitlines()
     for check in ("python", "torch", "triton", "cupy", "gpu", "nvrtc", "nvcc", "hipcc"):
         assert any(line.startswith(("[ok]", "[--]")) and f" {check} " in line + " " for line in lines), check
@@ -25,17 +38,42 @@ def test_doctor_prints_one_line_per_check_and_a_verdict():
     assert "Lab 3 (Triton)" in text
 
 
-def test_cpu_machine_reports_interpreter_and_compile_only():
-    b = backend.detect()
-    if b.gpu is not None:
-        return  # the statement is about machines without a GPU
-    out = io.StringIO()
-    backend.doctor(file=out)
-    text = out.getvalue()
-    assert "interpreter" in text
-    if b.nvrtc:
-        assert "compile-only" in text
-    assert backend.verdict().startswith("ready: interpreter only") or not b.triton_interpreter
+def test_a_machine_without_gpu_is_told_interpreter_and_compile_only(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    b = Backends(torch_version="2.13", triton_version="3.6", triton_installed=True, nvrtc="13.0")
+    text = _doctor(b)
+    assert "interpreter" in text and "compile-only" in text
+    assert backend.verdict(b) == "ready: interpreter only (+ CUDA compile-only)"
+    assert b.best == "triton-interpreter" and b.triton_device == "cpu" and not b.native
+
+
+def test_a_mac_without_triton_or_nvrtc_runs_references_only():
+    b = Backends(torch_version="2.13")
+    assert backend.verdict(b) == "ready: CPU references only" and b.triton_device is None
+    rows = {lab: how for lab, how, _ in backend.labs(b)}
+    assert rows["Lab 1 + Lab 2 (CUDA/HIP via CuPy RawModule)"] == "unavailable"
+    assert rows["Lab 3 (Triton)"] == "unavailable"
+
+
+def test_torch_gpu_without_cupy_runs_triton_on_the_gpu(monkeypatch):
+    """The case the seven old probes disagreed on: an NVIDIA GPU that torch sees, no CuPy. The
+    CUDA labs cannot launch, but Triton compiles for the GPU, and the interpreter stays off."""
+    b = Backends(torch_version="2.11", torch_gpu=True, triton_version="3.6", triton_installed=True)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(backend, "_CACHE", b)
+    assert backend.use_interpreter() is False and "TRITON_INTERPRET" not in os.environ
+    assert b.triton_gpu and b.triton_device == "cuda" and not b.native and b.best == "triton"
+
+
+def test_no_gpu_switches_the_interpreter_on_and_an_explicit_choice_wins(monkeypatch):
+    b = Backends(torch_version="2.13", triton_version="3.6", triton_installed=True)
+    monkeypatch.setattr(backend, "_CACHE", b)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert backend.use_interpreter() is True and b.triton_device == "cpu"
+    gpu = Backends(nvidia=H200, cupy_version="14.2", torch_version="2.11", torch_gpu=True, triton_installed=True)
+    monkeypatch.setattr(backend, "_CACHE", gpu)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # a learner forcing the interpreter on a GPU machine
+    assert backend.use_interpreter() is True and gpu.triton_device == "cpu" and gpu.native
 
 
 def test_labs_table_covers_every_lab():
@@ -44,14 +82,23 @@ def test_labs_table_covers_every_lab():
         assert lab in names
 
 
-def test_make_run_path_runs_every_lab_it_can():
-    """python -m kernels run (= make run): doctor, Lab 1/2 (native or compile-only), Lab 3."""
-    import subprocess
-    import sys
+def test_a07_lists_its_commands_and_python_m_is_the_same_program():
+    for cmd in ([sys.executable, "-m", "a07_softmax", "--help"], [str(ROOT / ".venv" / "bin" / "a07"), "--help"]):
+        if not os.path.exists(cmd[0]):
+            continue  # the console script exists only where the course is installed into .venv
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        for sub in ("run", "doctor", "check", "grade", "bench", "results", "notebooks", "slides"):
+            assert f"    {sub}" in p.stdout, sub
+    p = subprocess.run([sys.executable, "-m", "a07_softmax", "check", "99"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "invalid choice" in p.stderr
 
-    from kernels.native import ROOT
 
-    p = subprocess.run([sys.executable, "-m", "kernels", "run"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+@pytest.mark.slow
+def test_a07_run_runs_every_lab_it_can():
+    """a07 run (= make run): doctor, Lab 1/2 (native or compile-only), Lab 3."""
+    p = subprocess.run([sys.executable, "-m", "a07_softmax", "run"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout
     assert "ready: " in out and "== Lab 3 (Triton)" in out and "all kernels PASSED" in out
@@ -60,35 +107,3 @@ def test_make_run_path_runs_every_lab_it_can():
         assert "No GPU: compile-only." in out and "softmax_online_1pass" in out
         assert "results/nvidia-h200/run-cuda.txt" in out and "# gpu: NVIDIA H200" in out
         assert "No timings are taken here" in out
-
-
-def test_results_recorder_recomputes_notebook_outputs_between_bench_and_nbval(monkeypatch, tmp_path):
-    """`make results` runs its steps in one order, whatever order they are asked in: the notebooks'
-    stored outputs are recomputed on the CPU after the benchmark and before nbval compares them on
-    the GPU (notebooks 05, 07, 09 print figures from bench.json). A failing step fails the run."""
-    from kernels import bench, provenance, record
-
-    calls = []
-    monkeypatch.setattr(provenance, "gpu_name", lambda: "NVIDIA H200")
-    monkeypatch.setattr(bench, "main", lambda argv: calls.append("bench") or 0)
-    monkeypatch.setattr(record, "run_cuda", lambda out: calls.append("run-cuda") or 0)
-    monkeypatch.setattr(record, "refresh_notebooks", lambda: calls.append("refresh") or 0)
-    monkeypatch.setattr(record, "notebooks", lambda out: calls.append("notebooks") or 0)
-    assert record.main(["--out", str(tmp_path)]) == 0
-    assert calls == ["bench", "run-cuda", "refresh", "notebooks"]
-    calls.clear()
-    assert record.main(["--out", str(tmp_path), "notebooks", "bench"]) == 0
-    assert calls == ["bench", "notebooks"]
-    monkeypatch.setattr(record, "refresh_notebooks", lambda: 1)
-    assert record.main(["--out", str(tmp_path), "refresh"]) == 1
-
-
-def test_results_recorder_refuses_without_a_gpu(capsys, monkeypatch):
-    from kernels import provenance, record
-
-    monkeypatch.setattr(provenance, "gpu_name", lambda: "no GPU")  # what a GPU-less machine reports
-    assert record.main(["bench"]) == 1
-    assert "no GPU here" in capsys.readouterr().out
-    # `make notebooks` (the refresh step alone) is the one step that runs without a GPU
-    monkeypatch.setattr(record, "refresh_notebooks", lambda: 0)
-    assert record.main(["refresh"]) == 0

@@ -1,18 +1,27 @@
-"""pyproject.toml and environment.yml declare the same packages."""
+"""pyproject.toml's layers, and environment.yml declaring the same packages."""
 import re
-import tomllib
-from pathlib import Path
+import sys
 
-ROOT = Path(__file__).resolve().parent.parent
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from a07_softmax.paths import ROOT
+
+LAYERS_IN_ENV = ("lab", "test")  # environment.yml installs these extras; the CuPy ones are offered commented
 
 
 def _norm(req: str) -> str:
-    return re.sub(r"\s+", "", req.split("#")[0]).lower().replace("_", "-")
+    return re.sub(r"\s+", "", req.split("#")[0]).lower().replace("_", "-").replace('"', "'")
 
 
-def pyproject_deps():
-    d = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return {_norm(r) for r in d["dependencies"]}, {_norm(r) for rs in d["optional-dependencies"].values() for r in rs}
+def _name(req: str) -> str:
+    return re.split(r"[<>=;!~ \[]", req)[0]
+
+
+def project():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
 def env_pip_deps():
@@ -31,16 +40,47 @@ def env_pip_deps():
     return {x for x in lines if x != "-e."}, set(commented)
 
 
-def test_same_packages_in_both_files():
-    deps, extras = pyproject_deps()
-    env, env_optional = env_pip_deps()
-    assert deps == env, f"only in pyproject: {deps - env}; only in environment.yml: {env - deps}"
-    assert extras == env_optional, "the CuPy extras must be offered (commented) in environment.yml too"
+def test_environment_yml_installs_the_same_packages():
+    p = project()
+    want = {_norm(r) for r in p["dependencies"]}
+    want |= {_norm(r) for layer in LAYERS_IN_ENV for r in p["optional-dependencies"][layer]}
+    optional = {_norm(r) for k, rs in p["optional-dependencies"].items() if k not in LAYERS_IN_ENV for r in rs}
+    env, env_commented = env_pip_deps()
+    assert env == want, f"only in pyproject: {want - env}; only in environment.yml: {env - want}"
+    assert env_commented == optional, "the CuPy extras must be offered (commented) in environment.yml too"
 
 
-def test_the_course_needs_are_declared():
-    deps, extras = pyproject_deps()
-    names = {re.split(r"[<>=;!~ ]", d)[0] for d in deps | extras}
-    for need in ("numpy", "matplotlib", "torch", "triton", "jupyterlab", "nbval", "pytest", "tqdm",
-                 "cuda-bindings", "nvidia-cuda-nvrtc", "cupy-cuda12x", "cupy-cuda13x"):
-        assert need in names, need
+def test_test_and_lab_tools_are_not_runtime_dependencies():
+    """A learner's install carries what the course runs with; pytest, nbval and JupyterLab come in
+    their own layers."""
+    p = project()
+    runtime = {_name(_norm(r)) for r in p["dependencies"]}
+    assert not runtime & {"pytest", "nbval", "jupyterlab", "nbconvert", "ipykernel", "tqdm"}, runtime
+    assert {"pytest", "nbval"} <= {_name(_norm(r)) for r in p["optional-dependencies"]["test"]}
+    assert "jupyterlab" in {_name(_norm(r)) for r in p["optional-dependencies"]["lab"]}
+
+
+def test_packages_without_macos_or_windows_wheels_carry_markers():
+    """triton is Linux-only and the NVIDIA packages have no macOS wheels: without markers
+    `pip install -e .` fails there."""
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # pragma: no cover
+        import pytest
+
+        pytest.skip("packaging is not installed: cannot evaluate the markers")
+    reqs = {Requirement(r).name: Requirement(r) for r in project()["dependencies"]}
+    mac = {"platform_system": "Darwin", "sys_platform": "darwin", "platform_machine": "arm64"}
+    win = {"platform_system": "Windows", "sys_platform": "win32", "platform_machine": "AMD64"}
+    for name, req in reqs.items():
+        on_mac = req.marker is None or req.marker.evaluate(mac)
+        on_win = req.marker is None or req.marker.evaluate(win)
+        if name in ("triton",):
+            assert not on_mac and not on_win, name
+        if name in ("cuda-bindings", "nvidia-cuda-nvrtc"):
+            assert not on_mac and on_win, name
+    assert {"numpy", "matplotlib", "torch"} <= set(reqs)
+
+
+def test_the_cli_is_a_console_script():
+    assert project()["scripts"]["a07"] == "a07_softmax.cli:main"

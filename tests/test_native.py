@@ -9,18 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels import native, reference as R
+from a07_softmax import native, reference as R
+from a07_softmax.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+from .helpers import FakeDeviceArray, hipcc
 
-
-class FakeDeviceArray:
-    """Metadata of a GPU array, to drive the argument checks on a machine without one."""
-
-    def __init__(self, shape, dtype="float32", contiguous=True):
-        self.shape, self.dtype = shape, np.dtype(dtype)
-        self.flags = {"C_CONTIGUOUS": contiguous}
-        self.__cuda_array_interface__ = {}
 
 
 @pytest.mark.parametrize("x, err, words", [
@@ -100,18 +93,10 @@ def test_nvrtc_reports_a_compile_error_with_the_message(tmp_path):
     assert not res.ok and "undefined_name" in res.log
 
 
-def _hipcc():
-    hipcc = shutil.which("hipcc")
-    if not hipcc:
-        pytest.skip("hipcc not found: apt-get install hipcc (Debian's HIP compiler) to compile the HIP sources")
-    return hipcc
-
-
 @pytest.mark.parametrize("src", ["hip/softmax.cpp", "hip/fused_softmax.cpp"])
 def test_hipcc_compiles_for_gfx90a(src, tmp_path):
-    hipcc = _hipcc()
     env = dict(os.environ, HIP_PLATFORM="amd")
-    cmd = [hipcc, "-O3", "-std=c++17", "-Icommon", "-Icuda", "--offload-arch=gfx90a", "-c", src,
+    cmd = [hipcc(), "-O3", "-std=c++17", "-Icommon", "-Icuda", "--offload-arch=gfx90a", "-c", src,
            "-o", str(tmp_path / "out.o"), "-Rpass-analysis=kernel-resource-usage"]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]

@@ -3,11 +3,14 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import DEVICE
-from kernels import reference as R
-from kernels import triton_softmax as T
+from a07_softmax import accuracy, backend
+from a07_softmax import reference as R
+from a07_softmax import triton_softmax as T
 
-TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+DEVICE = backend.detect().triton_device  # conftest has already chosen the interpreter where needed
+if DEVICE is None:
+    pytest.skip("triton is not installed here (Linux only): the Triton lab cannot run", allow_module_level=True)
+tol = accuracy.tolerance
 ODD_COLS = [1, 3, 31, 33, 1023, 1025]
 
 
@@ -15,8 +18,8 @@ def poisoned(x):
     return torch.full_like(x, float("nan"))
 
 
-def err(got, ref):
-    return R.max_rel_err(got.float().cpu().numpy(), ref, floor=torch.finfo(got.dtype).tiny)
+def err(got, ref, log=False):
+    return accuracy.max_rel_err(got.cpu(), ref, log=log)
 
 
 def make(rng, rows, cols, dtype, lo=-8, hi=8):
@@ -30,27 +33,27 @@ def test_softmax_odd_cols(rng, cols, dtype):
     out = poisoned(x)
     T.softmax(x, out=out)
     assert out.dtype == dtype
-    assert err(out, R.softmax(x.double().cpu().numpy())) <= TOL[dtype]
+    assert err(out, R.softmax(x.double().cpu().numpy())) <= tol(dtype)
 
 
 def test_logits_50_to_100_do_not_overflow(rng):
     x = make(rng, 7, 257, torch.float32, 50, 100)
-    assert err(T.softmax(x), R.softmax(x.double().cpu().numpy())) <= 1e-5
+    assert err(T.softmax(x), R.softmax(x.double().cpu().numpy())) <= tol(torch.float32)
 
 
 def test_fp16_logits_above_the_fp16_exp_limit(rng):
     x = make(rng, 4, 129, torch.float16, 11.1, 60)  # exp(x) overflows fp16 (max 65504) above ~11.1
     assert torch.isinf(torch.exp(x)).any()
     y = T.softmax(x)
-    assert torch.isfinite(y).all() and err(y, R.softmax(x.double().cpu().numpy())) <= 2e-3
+    assert torch.isfinite(y).all() and err(y, R.softmax(x.double().cpu().numpy())) <= tol(torch.float16)
 
 
 @pytest.mark.parametrize("cols", ODD_COLS)
 def test_log_softmax(rng, cols):
     x = make(rng, 3, cols, torch.float32, -30, 30)
-    got = T.log_softmax(x).cpu().numpy().astype(np.float64)
-    ref = R.log_softmax(x.double().cpu().numpy())
-    assert np.max(np.abs(got - ref)) <= 1e-5 * max(1.0, np.max(np.abs(ref)))
+    out = poisoned(x)
+    T.log_softmax(x, out=out)
+    assert err(out, R.log_softmax(x.double().cpu().numpy()), log=True) <= tol(torch.float32)
 
 
 def test_fully_masked_and_single_valid_rows(rng):
@@ -72,7 +75,7 @@ def test_scale_mask_softmax_causal(rng, seq):
     out = poisoned(x)
     T.scale_mask_softmax(x, 0.25, causal=True, q_len=seq, out=out)
     mask = R.causal_mask(seq, seq)[np.arange(bh * seq) % seq]
-    assert err(out, R.scale_mask_softmax(x.double().cpu().numpy(), 0.25, mask)) <= 1e-5
+    assert err(out, R.scale_mask_softmax(x.double().cpu().numpy(), 0.25, mask)) <= tol(torch.float32)
 
 
 def test_scale_mask_softmax_padding_tensor_with_empty_row(rng):
@@ -82,7 +85,7 @@ def test_scale_mask_softmax_padding_tensor_with_empty_row(rng):
     pad = R.padding_mask(lens, cols)
     out = T.scale_mask_softmax(x, 0.5, mask=torch.as_tensor(pad, dtype=torch.float32, device=DEVICE))
     assert torch.equal(out[1].cpu(), torch.zeros(cols, dtype=torch.float16))
-    assert err(out, R.scale_mask_softmax(x.double().cpu().numpy(), 0.5, pad)) <= 2e-3
+    assert err(out, R.scale_mask_softmax(x.double().cpu().numpy(), 0.5, pad)) <= tol(torch.float16)
 
 
 def test_scale_mask_softmax_broadcast_mask_and_causal_together(rng):
@@ -92,26 +95,20 @@ def test_scale_mask_softmax_broadcast_mask_and_causal_together(rng):
     y = T.scale_mask_softmax(x, 1.0, mask=keymask, causal=True)
     ref = R.scale_mask_softmax(x.double().cpu().numpy(), 1.0, R.causal_mask(8, 8) + keymask.cpu().numpy()[None])
     assert torch.equal(y[0].cpu().float(), torch.zeros(8))
-    assert err(y, ref) <= 1.6e-2
+    assert err(y, ref) <= tol(torch.bfloat16)
 
 
 @pytest.mark.parametrize("cols, tile", [(1, 16), (31, 16), (33, 16), (1025, 256), (5000, 1024)])
 def test_online_long_rows_across_tile_boundaries(rng, cols, tile):
+    """The tile loop has a run-time bound: in the interpreter this also proves the installed NumPy
+    runs such loops (triton issue 9171 broke them for some NumPy releases)."""
     x = make(rng, 3, cols, torch.float32, -40, 40)
     x[1, -1] = 90.0  # the max arrives in the last tile: every earlier tile's sum must be rescaled
     x[2] = float("-inf")
     out = poisoned(x)
     T.softmax_online(x, out=out, tile=tile)
-    assert err(out, R.softmax(x.double().cpu().numpy())) <= 1e-5
+    assert err(out, R.softmax(x.double().cpu().numpy())) <= tol(torch.float32)
     assert torch.equal(out[2].cpu(), torch.zeros(cols))
-
-
-def test_interpreter_runtime_bound_loops_work_with_this_numpy(rng):
-    """Triton issue 9171: some NumPy releases broke loops with run-time bounds in the interpreter.
-    softmax_online's tile loop is exactly that; this proves the pinned versions work here."""
-    x = make(rng, 1, 100, torch.float32)
-    y = T.softmax_online(x, tile=16)  # 7 iterations of a loop bounded by a run-time n_cols
-    assert err(y, R.softmax(x.double().cpu().numpy())) <= 1e-5
 
 
 @pytest.mark.parametrize("bad, exc, words", [
@@ -142,7 +139,7 @@ def test_gpu_full_size_and_many_rows(rng, dtype):
         ref64 = x.double().cpu().numpy()
         out = poisoned(x)
         T.softmax(x, out=out)
-        assert err(out, R.softmax(ref64)) <= TOL[dtype], (rows, cols)
+        assert err(out, R.softmax(ref64)) <= tol(dtype), (rows, cols)
         out = poisoned(x)
         T.scale_mask_softmax(x, 0.5, causal=True, q_len=1, out=out)  # every row sees only key 0
         assert bool((out[:, 0] == 1).all()) and int(torch.count_nonzero(out[:, 1:])) == 0
@@ -153,4 +150,4 @@ def test_gpu_online_long_rows():
     x = torch.randn(4, 1_048_576 + 3, device="cuda") * 10
     x[2, -1] = 100.0
     y = T.softmax_online(x)
-    assert err(y, R.softmax(x.double().cpu().numpy())) <= 1e-5
+    assert err(y, R.softmax(x.double().cpu().numpy())) <= tol(torch.float32)

@@ -3,7 +3,7 @@ import re
 import subprocess
 import sys
 
-from kernels.native import ROOT
+from a07_softmax.paths import ROOT
 
 
 def test_slides_build_for_every_notebook(tmp_path):

@@ -1,6 +1,6 @@
 """The fast softmax (cuda/softmax_fast.cu): one entry, a strategy per row length.
 
-    from kernels import fast
+    from a07_softmax import fast
     y = fast.softmax(x)          # x: (rows, cols) float32 / float16 / bfloat16, CuPy or CUDA torch
     fast.plan(cols, "bfloat16")  # which kernel, launch shape and why, without a GPU
 
@@ -17,49 +17,80 @@ import re
 
 import numpy as np
 
-from . import native
+from . import constants, native
 
 SOURCE = {"CUDA": "cuda/softmax_fast.cu", "HIP": "hip/softmax_fast.cpp"}
 DTYPES = {"float32": ("float", 4), "float16": ("f16_t", 2), "bfloat16": ("bf16_t", 2)}
 VEC_BYTES = 16
 GROUP_MAX = 32      # lanes per row in the warp strategy (also fits a 64-lane AMD wavefront)
-WARP_THREADS = 64   # block size of the warp strategy (its __launch_bounds__): 2 warps. Measured on the
-                    # H200 against 128 (the earlier size): equal or 0.2-0.5 points faster, 2 at 1024 bf16
+WARP_THREADS = constants.FAST_WARP_THREADS      # block size (and launch bound) of the warp strategy
+TWOPASS_THREADS = constants.FAST_TWOPASS_THREADS  # block size (and launch bound) of the 2-pass strategy
 PORTABLE_CLUSTER = 8  # the largest cluster every sm_90 device runs; H100/H200 also run 16
 MAX_CLUSTER = 16
 SMS = 132             # plan()'s default device for sizing cluster grids: an H100/H200
+STRATEGIES = ("warp", "block", "cluster", "2pass")
 
-# The strategy table, per element size (4: fp32, 2: fp16/bf16), in 16-byte vectors per row (rv).
-# Every number is a measurement on the H200 (results/nvidia-h200/NOTES.md has the sweeps); the
-# shape of the table is general: few lanes for short rows, more data per thread as rows grow,
-# then several SMs per row, then two reads.
+
+@dataclass(frozen=True)
+class BlockTier:
+    """One block per row: `vecs` 16-byte vectors a thread, for rows that need at most `max_threads`."""
+    vecs: int
+    max_threads: int
+
+
+@dataclass(frozen=True)
+class ClusterTier:
+    """A cluster of `cluster` blocks per row, `vecs` vectors a thread, at most `max_threads` threads a
+    block; the launch bounds promise `min_blocks` blocks per SM (so each thread's register budget is
+    65536 / (max_threads * min_blocks))."""
+    vecs: int
+    cluster: int
+    max_threads: int
+    min_blocks: int
+
+
+@dataclass(frozen=True)
+class Strategies:
+    """The mapping for one element size. The first row of each list that holds the row wins."""
+    warp_max_vectors: int          # rows of up to this many 16-byte vectors go to lanes of a warp
+    block_tiers: tuple
+    cluster_tiers: tuple
+    twopass_vecs: int              # vectors a thread per step when the row is read twice
+
+
+# The strategy table, per element size (4: fp32, 2: fp16/bf16). Its shape is general: few lanes
+# for short rows, more data per thread as rows grow, then several SMs per row, then two reads. Its
+# numbers are the H200's; docs/performance.md has the evidence for each tier and the alternatives
+# that lost, with the commands that measure them again. Every tier is held free of register
+# spills by tests/test_fast.py.
 TABLE = {
-    4: dict(warp_max_rv=64,      # up to 256 fp32: 2 vectors (8 floats) per lane
-            # block tiers (vecs, most threads): 2 vectors a thread while 1024 threads hold the row
-            # (8192 fp32: 98.7 % of copy against 96.9 % for 512 x 4), then 4 and 8 vectors in 512
-            # threads; then 1024 threads of 8 (up to 32768 fp32, 98 % of copy where a cluster of 8
-            # reached 93 %)
-            block_tiers=((2, 1024), (4, 512), (8, 512), (8, 1024)),
-            # cluster tiers (vecs, cluster, most threads a block, blocks per SM the launch bounds
-            # promise): the first that holds the row wins. Always 8 vectors (32 floats) a thread,
-            # loaded straight into registers (staging the next row through shared memory lost 6-11
-            # points): 2 blocks of 1024 up to 65536 fp32, 8 of 512 (2 per SM) up to 131072, 16 of
-            # 512 up to 262144, 16 of 1024 up to 524288; the last tier serves devices limited to 8
-            # blocks (262144).
-            cluster_tiers=((8, 2, 1024, 1), (8, 8, 512, 2), (8, 16, 512, 1), (8, 16, 1024, 1), (8, 8, 1024, 1)),
-            twopass_vecs=4),
-    2: dict(warp_max_rv=128,     # up to 1024 bf16: 2 or 4 vectors (16 or 32 values) per lane
-            block_tiers=((2, 512), (4, 512)),             # up to 16384 bf16
-            # Cluster threads keep 16-bit rows as raw bits (RowBits: a vector is 4 registers)
-            # and compute exp twice; small blocks, several per SM, so that some load while others
-            # reduce: 4 blocks of 128 threads x 8 vectors (6 per SM) up to 32768, 8 (7 per SM) up
-            # to 65536, 8 of 128 x 16 vectors (5 per SM) up to 131072, 16 of them up to 262144;
-            # 8 of 256 x 16 (2 per SM) where 16 is not available (262144), 16 up to 524288.
-            # (Every bound keeps the instance free of spills: NVRTC's report, tests/test_fast.py.)
-            cluster_tiers=((8, 4, 128, 6), (8, 8, 128, 7), (16, 8, 128, 5), (16, 16, 128, 5), (16, 8, 256, 2),
-                           (16, 16, 256, 2)),
-            twopass_vecs=1),
+    4: Strategies(
+        warp_max_vectors=64,  # up to 256 fp32: 2 vectors (8 floats) a lane
+        block_tiers=(BlockTier(vecs=2, max_threads=1024), BlockTier(vecs=4, max_threads=512),
+                     BlockTier(vecs=8, max_threads=512), BlockTier(vecs=8, max_threads=1024)),
+        # always 8 vectors (32 floats) a thread, loaded straight into registers
+        cluster_tiers=(ClusterTier(vecs=8, cluster=2, max_threads=1024, min_blocks=1),
+                       ClusterTier(vecs=8, cluster=8, max_threads=512, min_blocks=2),
+                       ClusterTier(vecs=8, cluster=16, max_threads=512, min_blocks=1),
+                       ClusterTier(vecs=8, cluster=16, max_threads=1024, min_blocks=1),
+                       ClusterTier(vecs=8, cluster=8, max_threads=1024, min_blocks=1)),  # devices limited to 8
+        twopass_vecs=4),
+    2: Strategies(
+        warp_max_vectors=128,  # up to 1024 bf16: 2 or 4 vectors (16 or 32 values) a lane
+        block_tiers=(BlockTier(vecs=2, max_threads=512), BlockTier(vecs=4, max_threads=512)),
+        # cluster threads keep 16-bit rows as raw bits (RowBits) and compute exp twice; small blocks,
+        # several per SM, so that some load while others reduce
+        cluster_tiers=(ClusterTier(vecs=8, cluster=4, max_threads=128, min_blocks=6),
+                       ClusterTier(vecs=8, cluster=8, max_threads=128, min_blocks=7),
+                       ClusterTier(vecs=16, cluster=8, max_threads=128, min_blocks=5),
+                       ClusterTier(vecs=16, cluster=16, max_threads=128, min_blocks=5),
+                       ClusterTier(vecs=16, cluster=8, max_threads=256, min_blocks=2),  # devices limited to 8
+                       ClusterTier(vecs=16, cluster=16, max_threads=256, min_blocks=2)),
+        twopass_vecs=1),
 }
+
+# What a tuning experiment or a test may force; anything else is a typo and an error.
+OVERRIDES = frozenset({"strategy", "vecs", "group", "rows_per_thread", "cluster", "threads", "min_blocks"})
 
 
 @dataclass(frozen=True)
@@ -71,6 +102,7 @@ class Plan:
     threads: int
     rows_each: int       # rows one block handles (warp, block, 2pass), or one cluster on average (cluster)
     why: str
+    launch_bound: int = 0  # the threads per block the instance is compiled for (__launch_bounds__)
 
     def describe(self) -> str:
         return f"{self.strategy:<7} {self.kernel:<46} grid {self.grid:>8} x {self.threads:>4} threads  ({self.why})"
@@ -92,70 +124,83 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     the vector width, as for any freshly allocated tensor); otherwise the kernel loads element by
     element. `resident(kernel, cluster, threads)`: how many clusters of that kernel fit on
     the GPU at once (softmax() asks the driver; by default SMS x blocks per SM // blocks per
-    cluster, for the H200's 132 SMs). Keyword overrides (strategy, vecs, group, rows_per_thread, cluster,
-    threads, min_blocks) are for tuning experiments and tests."""
+    cluster, for the H200's 132 SMs). Keyword overrides (OVERRIDES: strategy, vecs, group,
+    rows_per_thread, cluster, threads, min_blocks) are for tuning experiments and tests; an
+    unknown one is a TypeError."""
+    unknown = sorted(set(override) - OVERRIDES)
+    if unknown:
+        raise TypeError(f"plan() got unknown override(s) {', '.join(unknown)}; "
+                        f"the tunable ones are {', '.join(sorted(OVERRIDES))}")
     if dtype not in DTYPES:
         raise TypeError(f"dtype {dtype} not supported; the fast softmax takes {', '.join(DTYPES)}")
+    want = override.get("strategy")
+    if want is not None and want not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {want!r}")
     ctype, size = DTYPES[dtype]
     n = VEC_BYTES // size                # elements per 16-byte vector
     rv = -(-cols // n)                   # vectors per row
     t = TABLE[size]
-    want = override.get("strategy")
     al = "true" if (cols % n == 0 if aligned is None else aligned) else "false"
     max_cluster = MAX_CLUSTER if clusters is True else int(clusters or 0)
     # 1. short rows: a group of lanes per row, no barrier
-    if want == "warp" or (want is None and rv <= t["warp_max_rv"]):
+    if want == "warp" or (want is None and rv <= t.warp_max_vectors):
         group = override.get("group", min(GROUP_MAX, _pow2ceil(-(-rv // override.get("vecs", 2 if rv <= 64 else 4)))))
         vecs = override.get("vecs", _pow2ceil(-(-rv // group)))
         rpt = override.get("rows_per_thread", 1)
         per_block = (WARP_THREADS // group) * rpt
         return Plan("warp", _instance("warp", ctype, (vecs, group, rpt), al), (vecs, group, rpt), -(-rows // per_block),
-                    WARP_THREADS, per_block, f"{rv} vectors per row: {group} lanes x {vecs} vectors")
+                    WARP_THREADS, per_block, f"{rv} vectors per row: {group} lanes x {vecs} vectors", WARP_THREADS)
     # 2. medium rows: a block per row
     if want in (None, "block"):
-        strict = list(dict.fromkeys((override.get("vecs", v), limit) for v, limit in t["block_tiers"]))
+        strict = list(dict.fromkeys((override.get("vecs", tier.vecs), tier.max_threads) for tier in t.block_tiers))
         relaxed = [(v, 1024) for v, _ in strict] if want == "block" else []
         for vecs, limit in strict + relaxed:
             threads = override.get("threads", _round_up(-(-rv // vecs), warp_size))
             if threads <= limit:
-                params = (vecs, _bound(threads))
+                # misaligned rows of 8 vectors a thread: ptxas gives the 512-thread instance a stack
+                # frame (spills, NVRTC's report) and the 1024-thread one none; the kernel reads
+                # blockDim.x, so the larger bound costs nothing but the register ceiling
+                bound = 1024 if (al == "false" and vecs >= 8) else _bound(threads)
+                params = (vecs, bound)
                 return Plan("block", _instance("block", ctype, params, al), params, rows, threads, 1,
-                            f"{rv} vectors per row: {threads} threads x {vecs} vectors")
+                            f"{rv} vectors per row: {threads} threads x {vecs} vectors", params[1])
     # 3. long rows: a cluster of blocks per row, (m, s) exchanged through distributed shared memory;
     #    as many clusters as fit at once, sharing the rows through a ticket counter
     if max_cluster >= 2 and want in (None, "cluster"):
-        tiers = t["cluster_tiers"]
+        tiers = list(t.cluster_tiers)
         if al == "false":
             # a misaligned row is loaded element by element, which needs more registers than
             # several blocks per SM would leave, and more than 8 vectors' worth spills: the same
             # row share in twice the threads where a tier has more, one block per SM promised
-            tiers = [(min(v, 8), c, min(1024, lim * v // min(v, 8)), 1) for v, c, lim, _ in tiers]
-        tiers = [(override.get("vecs", v), override.get("cluster", c), lim, override.get("min_blocks", mb))
-                 for v, c, lim, mb in tiers]  # tuning overrides win, on misaligned rows too
+            tiers = [ClusterTier(min(c.vecs, 8), c.cluster, min(1024, c.max_threads * c.vecs // min(c.vecs, 8)), 1)
+                     for c in tiers]
+        tiers = [ClusterTier(override.get("vecs", c.vecs), override.get("cluster", c.cluster), c.max_threads,
+                             override.get("min_blocks", c.min_blocks)) for c in tiers]  # overrides win
         # the first tier within its thread limit; a forced cluster may also take up to 1024 threads
-        strict = [(tier, tier[2]) for tier in dict.fromkeys(tiers)]
+        strict = [(tier, tier.max_threads) for tier in dict.fromkeys(tiers)]
         relaxed = [(tier, 1024) for tier, _ in strict] if want == "cluster" else []
-        for (vecs, cluster, _, min_blocks), limit in strict + relaxed:
-            threads = override.get("threads", _round_up(-(-rv // (vecs * cluster)), warp_size))
-            if threads <= limit and cluster <= max_cluster and cluster * threads * vecs >= rv:
+        for tier, limit in strict + relaxed:
+            threads = override.get("threads", _round_up(-(-rv // (tier.vecs * tier.cluster)), warp_size))
+            if threads <= limit and tier.cluster <= max_cluster and tier.cluster * threads * tier.vecs >= rv:
                 # launched at its bound: the kernel's share of the row is then a compile-time
                 # constant (cuda/softmax_fast.cu); the threads past the row hold -inf
                 threads = _bound(threads)
-                params = (vecs, cluster, threads, min_blocks)
+                params = (tier.vecs, tier.cluster, threads, tier.min_blocks)
                 name = _instance("cluster", ctype, params, al)
-                fit = resident(name, cluster, threads) if resident else max(1, SMS * min_blocks // cluster)
-                n = max(1, min(rows, fit))
-                return Plan("cluster", name, params, n * cluster, threads, -(-rows // n),
-                            f"{rv} vectors per row: {cluster} blocks x {threads} threads x {vecs} vectors"
-                            + (f" (up to {min_blocks} blocks per SM)" if min_blocks > 1 else "")
-                            + f", {n} clusters share the rows")
+                fit = resident(name, tier.cluster, threads) if resident else max(1, SMS * tier.min_blocks // tier.cluster)
+                k = max(1, min(rows, fit))
+                return Plan("cluster", name, params, k * tier.cluster, threads, -(-rows // k),
+                            f"{rv} vectors per row: {tier.cluster} blocks x {threads} threads x {tier.vecs} vectors"
+                            + (f" (up to {tier.min_blocks} blocks per SM)" if tier.min_blocks > 1 else "")
+                            + f", {k} clusters share the rows", threads)
     if want in ("block", "cluster"):
         raise ValueError(f"no {want} configuration holds {cols} columns of {dtype} in registers")
     # 4. anything else: read the row twice
-    threads = override.get("threads", 1024)
-    vecs = override.get("vecs", t["twopass_vecs"])
+    threads = override.get("threads", TWOPASS_THREADS)
+    vecs = override.get("vecs", t.twopass_vecs)
     return Plan("2pass", _instance("2pass", ctype, (vecs,), al), (vecs,), rows, threads, 1,
-                "row too long to keep on chip" + ("" if max_cluster >= 2 else " without clusters") + ": two reads")
+                "row too long to keep on chip" + ("" if max_cluster >= 2 else " without clusters") + ": two reads",
+                TWOPASS_THREADS)
 
 
 def _bound(threads: int) -> int:
@@ -208,26 +253,27 @@ def simulate(row, dtype: str = "float32", warp_size: int = 32, **override):
     return y, levels
 
 
-def bench_kernels(dtypes=("float32", "bfloat16", "float16"), cols=None) -> list:
-    """Every template instance plan() picks over a range of row lengths (odd ones included)."""
-    cols = cols or sorted({2**k for k in range(19)} | {3, 33, 1000, 1023, 3000, 16385, 262147})
-    return sorted({plan(c, dt, 1024).kernel for dt in dtypes for c in cols})
+PLANNED_COLS = tuple(sorted({2**k for k in range(19)} | {3, 33, 1000, 1023, 3000, 16385, 262147}))
 
 
-def launch_bound(mangled: str) -> int:
-    """The block size a compiled instance was built for, from its mangled name."""
-    ints = [int(v) for v in re.findall(r"Li(\d+)E", mangled)]
-    if "softmax_fast_warp" in mangled:
-        return WARP_THREADS
-    if "softmax_fast_2pass" in mangled:
-        return 1024
-    # block <T, VECS, MAX_THREADS, ALIGNED>, cluster <T, VECS, CLUSTER, MAX_THREADS, MIN_BLOCKS, ALIGNED>
-    return ints[1] if "softmax_fast_block" in mangled else ints[2]
+def instances(dtypes=("float32", "bfloat16", "float16"), cols=PLANNED_COLS) -> dict:
+    """{template instance: its launch bound} for every instance plan() picks over these row lengths
+    (odd ones included), aligned and misaligned, with clusters of 16, of 8 and none: what the
+    compile tests build, so the strategy table and the compiled instances cannot drift apart."""
+    out = {}
+    for dt in dtypes:
+        for c in cols:
+            for aligned in (True, False):
+                for clusters in (MAX_CLUSTER, PORTABLE_CLUSTER, 0):
+                    p = plan(c, dt, 1024, aligned=aligned, clusters=clusters)
+                    out[p.kernel] = p.launch_bound
+    return dict(sorted(out.items()))
 
 
 def compile_report(names=None, arch: str = "sm_90"):
-    """NVRTC-compile template instances (default: bench_kernels()) without a GPU."""
-    return native.nvrtc_compile(native.ROOT / SOURCE["CUDA"], arch, name_expressions=names or bench_kernels())
+    """NVRTC-compile template instances (default: every one in instances()) without a GPU; the
+    report names each kernel by its instance expression."""
+    return native.nvrtc_compile(native.ROOT / SOURCE["CUDA"], arch, name_expressions=names or list(instances()))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -255,7 +301,14 @@ def device_info():
     return _DEVICE[dev]
 
 
-NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute
+def _driver_call(what: str, result):
+    """Unpack a cuda.bindings driver result (err, *values); raise with the call's name on an error."""
+    from cuda.bindings import driver
+
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{what} failed: {err.name}")
+    return values[0] if len(values) == 1 else values
 
 
 def kernel(name: str, cluster: int = 0):
@@ -266,11 +319,15 @@ def kernel(name: str, cluster: int = 0):
     if name not in _MODULES:
         vendor = device_info()[0]
         src = (native.ROOT / SOURCE[vendor]).read_text()
-        mod = cupy.RawModule(code=src, options=tuple(native._options(native.DEFAULT_ITEMS)),
+        mod = cupy.RawModule(code=src, options=tuple(native.compile_options()),
                              name_expressions=[name], backend="hiprtc" if vendor == "HIP" else "nvrtc")
         fn = mod.get_function(name)
         if cluster > PORTABLE_CLUSTER:
-            cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+            from cuda.bindings import driver
+
+            _driver_call("cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)", driver.cuFuncSetAttribute(
+                driver.CUfunction(fn.kernel.ptr),
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1))
         _MODULES[name] = fn
     return _MODULES[name]
 
@@ -286,20 +343,17 @@ def resident_clusters(name: str, cluster: int, threads: int) -> int:
 
     key = (cupy.cuda.Device().id, name, threads)
     if key not in _RESIDENT:
-        import ctypes
+        from cuda.bindings import driver
 
-        class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
-            _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
-                        ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("nattrs", ctypes.c_uint)]
-
-        fn = kernel(name, cluster)
-        cfg = LaunchConfig((ctypes.c_uint * 3)(cluster, 1, 1), (ctypes.c_uint * 3)(threads, 1, 1), 0)
-        n = ctypes.c_int(0)
-        rc = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters(
-            ctypes.byref(n), ctypes.c_void_p(fn.kernel.ptr), ctypes.byref(cfg))
-        if rc != 0 or n.value < 1:
-            raise RuntimeError(f"cuOccupancyMaxActiveClusters failed (CUresult {rc}) for {name} x {threads} threads")
-        _RESIDENT[key] = n.value
+        cfg = driver.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = cluster, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
+        cfg.sharedMemBytes = 0
+        n = _driver_call(f"cuOccupancyMaxActiveClusters({name} x {threads} threads)",
+                         driver.cuOccupancyMaxActiveClusters(driver.CUfunction(kernel(name, cluster).kernel.ptr), cfg))
+        if int(n) < 1:
+            raise RuntimeError(f"cuOccupancyMaxActiveClusters: no cluster of {name} x {threads} threads fits")
+        _RESIDENT[key] = int(n)
     return _RESIDENT[key]
 
 

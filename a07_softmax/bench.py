@@ -1,6 +1,6 @@
 """The benchmark (make bench): every course kernel and its peers, timed in one run on one GPU.
 
-  python -m kernels.bench [--quick] [--out DIR]
+  a07 bench [--quick] [--out DIR] [--cols N ...]
 
 - the ceiling: a device-to-device copy measured in the same run (bytes read + written);
 - every implementation over fp32 and bf16, cols 128 ... 262144 (powers of two and a few odd
@@ -8,8 +8,8 @@
 - warm-up, then the median of CUDA-event timings (triton.testing.do_bench, median);
 - the fast softmax and its two peers (torch.softmax, the Triton row kernel) are timed in ROUNDS
   interleaved rounds, each round in a rotated order, and each gets the median of its rounds; the
-  rounds are kept (`ms_rounds`), so that their spread says how far apart two results must be
-  before one is really faster (kernels/results.py, fast_summary);
+  rounds are kept (`ms_rounds`): one result is called faster only when all its rounds beat all
+  of the other's, otherwise it is a tie (a07_softmax/results.py, fast_margins);
 - every timed output checked against a float64 reference computed on the GPU;
 - results/<gpu-slug>/bench.json plus PNG plots beside it.
 
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import provenance
-from .native import ROOT
+from . import accuracy, provenance, reference
+from .paths import ROOT
 
 TOTAL = 2**28
 COLS = [128, 256, 512, 1000, 1024, 2048, 3000, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
@@ -37,12 +37,18 @@ ROUNDS = 3  # interleaved timing rounds for the fast softmax and its peers
 MASK_COLS = {128, 512, 1024, 2048, 4096, 8192}  # S for (batch*heads, S, S) attention scores
 
 # implementation -> traversals in the traffic model (what it really moves)
-TRAVERSALS = {
-    "cuda.softmax_naive_unsafe": 3, "cuda.softmax_safe_3pass": 4, "cuda.softmax_online_2pass": 3,
-    "cuda.softmax_online_1pass": 2, "cuda.softmax_fast": 2, "cuda.scale_mask_softmax_unfused": 7, "cuda.scale_mask_softmax_fused": 2,
-    "triton.softmax": 2, "triton.softmax_online": 3, "triton.log_softmax": 2, "triton.scale_mask_softmax": 2,
-    "torch.softmax": 2, "torch.log_softmax": 2, "torch.scale_mask_softmax": 6, "torch.compile.scale_mask_softmax": 2,
+# impl -> the traffic-model variant it is (reference.TRAFFIC holds the reads and writes)
+MODEL = {
+    "cuda.softmax_naive_unsafe": "softmax_naive_unsafe", "cuda.softmax_safe_3pass": "softmax_safe_3pass",
+    "cuda.softmax_online_2pass": "softmax_online_2pass", "cuda.softmax_online_1pass": "softmax_online_1pass",
+    "cuda.softmax_fast": "softmax_fast", "cuda.scale_mask_softmax_unfused": "scale_mask_softmax_unfused",
+    "cuda.scale_mask_softmax_fused": "scale_mask_softmax_fused",
+    "triton.softmax": "softmax_online_1pass", "triton.softmax_online": "softmax_online_2pass",
+    "triton.log_softmax": "log_softmax", "triton.scale_mask_softmax": "scale_mask_softmax_fused",
+    "torch.softmax": "softmax_online_1pass", "torch.log_softmax": "log_softmax",
+    "torch.scale_mask_softmax": "scale_mask_softmax_torch", "torch.compile.scale_mask_softmax": "scale_mask_softmax_fused",
 }
+TRAVERSALS = {impl: reference.traversals(variant) for impl, variant in MODEL.items()}
 
 
 def gbps(nbytes: float, ms: float) -> float:
@@ -60,20 +66,6 @@ def interleaved(fns: dict, rounds: int, time) -> dict:
         for n in names[k:] + names[:k]:
             out[n].append(time(fns[n]))
     return out
-
-
-def max_rel_err_gpu(got, ref64) -> float:
-    """max |got - ref| / max(|ref|, tiny(dtype)) on the GPU; inf if got has a NaN where ref has none."""
-    import torch
-
-    g = got.double()
-    bad = torch.isnan(g) & ~torch.isnan(ref64)
-    if bool(bad.any()):
-        return math.inf
-    finite = torch.isfinite(ref64)
-    d = torch.where(finite, (g - ref64).abs(), torch.zeros_like(g))
-    scale = ref64.abs().clamp_min(torch.finfo(got.dtype).tiny)
-    return float((d / scale).max())
 
 
 class Bench:
@@ -99,12 +91,12 @@ class Bench:
         del src, dst
         return gbps(2 * TOTAL * 4, ms)
 
-    def check(self, fn, out, ref64) -> float:
-        """Run fn once on a poisoned output; its max relative error against float64."""
+    def check(self, fn, out, ref64, log: bool = False) -> float:
+        """Run fn once on a poisoned output; its max relative error against float64 (accuracy.py)."""
         out.fill_(float("nan"))
         fn()
         self.torch.cuda.synchronize()
-        return max_rel_err_gpu(out, ref64)
+        return accuracy.max_rel_err(out, ref64, log=log)
 
     def add(self, impl, op, x, ms, err, tol, **extra):
         """Append a run."""
@@ -128,7 +120,7 @@ class Bench:
         for impl, fn, out in entries:
             if callable(out):  # an op that allocates its own output: check what it returns
                 fn()
-                errs[impl] = max_rel_err_gpu(out(), ref64)
+                errs[impl] = accuracy.max_rel_err(out(), ref64)
             else:
                 errs[impl] = self.check(fn, out, ref64)
         rounds = interleaved({impl: fn for impl, fn, _ in entries}, ROUNDS, self.time)
@@ -147,7 +139,7 @@ def run_softmax_family(b: Bench, dtype, cols: int, progress):
     x = (torch.randn(rows, cols, device="cuda") * 4).to(dtype)
     x64 = x.double()
     ref = torch.softmax(x64, -1)
-    tol = 1e-5 if dtype == torch.float32 else 1.6e-2
+    tol = accuracy.tolerance(dtype)
     out = torch.empty_like(x)
     res = {}  # torch ops allocate their output: time the op itself and check what it returns
 
@@ -166,10 +158,10 @@ def run_softmax_family(b: Bench, dtype, cols: int, progress):
     progress()
     if dtype == torch.float32:
         for k in native.LAB1_KERNELS:
-            items = 4
-            if k == "softmax_online_1pass":
-                items = max(4, 1 << math.ceil(math.log2(math.ceil(cols / native.BLOCK))))
-                if items > 32:
+            items = native.DEFAULT_ITEMS
+            if k in native.ROW_IN_REGISTERS:
+                items = native.items_for(cols)
+                if items is None:
                     continue
             # logits here stay below 88.7, so even the naive kernel must be right
             b.record(f"cuda.{k}", "softmax", x, lambda k=k, items=items: native.softmax(x, k, out=b_out, items=items),
@@ -182,12 +174,10 @@ def run_softmax_family(b: Bench, dtype, cols: int, progress):
         res["y"] = torch.log_softmax(x, -1)
 
     torch_log_softmax()
-    lerr = float(((res["y"].double() - lref).abs().max()) / lref.abs().max().clamp_min(1))
+    lerr = accuracy.max_rel_err(res["y"], lref, log=True)
     b.add("torch.log_softmax", "log_softmax", x, b.time(torch_log_softmax), lerr, tol)
     if cols <= T.MAX_ROW_COLS:
-        T.log_softmax(x, out=b_out)
-        torch.cuda.synchronize()
-        lerr = float(((b_out.double() - lref).abs().max()) / lref.abs().max().clamp_min(1))
+        lerr = b.check(lambda: T.log_softmax(x, out=b_out), b_out, lref, log=True)
         b.add("triton.log_softmax", "log_softmax", x, b.time(lambda: T.log_softmax(x, out=b_out)), lerr, tol)
     progress()
     del x, x64, ref, lref, out, res
@@ -206,7 +196,7 @@ def run_scale_mask_family(b: Bench, dtype, cols: int, progress):
     x = (torch.randn(rows, cols, device="cuda") * 8).to(dtype)
     mask = torch.triu(torch.full((q_len, cols), float("-inf"), device="cuda"), 1)
     ref = torch.softmax(x.double().view(-1, q_len, cols) * scale + mask.double(), -1).view(rows, cols)
-    tol = 1e-5 if dtype == torch.float32 else 1.6e-2
+    tol = accuracy.tolerance(dtype)
     out = torch.empty_like(x)
 
     def eager():
@@ -218,21 +208,21 @@ def run_scale_mask_family(b: Bench, dtype, cols: int, progress):
     compiled = torch.compile(eager, dynamic=False)
     for impl, fn in (("torch.scale_mask_softmax", eager), ("torch.compile.scale_mask_softmax", compiled)):
         y = fn()
-        err = max_rel_err_gpu(y.to(dtype), ref)
+        err = accuracy.max_rel_err(y.to(dtype), ref)
         b.add(impl, "scale_mask_softmax", x, b.time(fn), err, tol)
         progress()
     b.record("triton.scale_mask_softmax", "scale_mask_softmax", x,
              lambda: T.scale_mask_softmax(x, scale, causal=True, q_len=q_len, out=out), out, ref, tol)
     progress()
     if dtype == torch.float32:
-        items = max(4, 1 << math.ceil(math.log2(math.ceil(cols / native.BLOCK))))
+        items = native.items_for(cols)
         for fused in (False, True):
-            if fused and items > 32:
+            if fused and items is None:
                 continue
             name = "cuda.scale_mask_softmax_" + ("fused" if fused else "unfused")
             b.record(name, "scale_mask_softmax", x,
                      lambda fused=fused: native.scale_mask_softmax(x, scale, causal=True, q_len=q_len, fused=fused,
-                                                                   out=out, items=items), out, ref, tol)
+                                                                   out=out, items=items or native.DEFAULT_ITEMS), out, ref, tol)
             progress()
     del x, ref, out, mask
 
@@ -306,15 +296,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="folder (default results/<gpu-slug>)")
     ap.add_argument("--cols", type=int, nargs="*", default=None)
     args = ap.parse_args(argv)
-    try:
-        import torch
-    except Exception:
-        torch = None
-    if torch is None or not torch.cuda.is_available():
-        print("make bench: no GPU here, nothing to time. The committed results are in results/ "
-              "(notebook 07 plots them); run make bench on a machine with a GPU.")
+    from . import backend
+
+    if not backend.detect().triton_gpu:
+        print("a07 bench: no GPU here (or triton/torch cannot use it), nothing to time. The committed "
+              "results are in results/ (notebook 07 plots them); run it on a machine with a GPU.")
         return 1
-    from tqdm import tqdm
+    import torch
 
     b = Bench(args.quick)
     cols_list = args.cols or (QUICK_COLS if args.quick else COLS)
@@ -324,15 +312,19 @@ def main(argv=None) -> int:
     copy = b.copy_ceiling()
     print(f"{name}: device-to-device copy {copy:.0f} GB/s")
     total_steps = len(cols_list) * 2 * 11 + sum(1 for c in cols_list if c in MASK_COLS) * 2 * 5
-    bar = tqdm(total=total_steps, desc="bench", unit="run")
-    step = lambda n=1: bar.update(n)
+    done = [0]
+
+    def step(n=1):
+        done[0] += n
+        print(f"\rbench: {done[0]}/{total_steps} runs", end="", flush=True)
+
     for dtype in (torch.float32, torch.bfloat16):
         for cols in cols_list:
             run_softmax_family(b, dtype, cols, step)
             if cols in MASK_COLS:
                 run_scale_mask_family(b, dtype, cols, step)
             torch.cuda.empty_cache()
-    bar.close()
+    print()
     result = dict(gpu=name, date=provenance.today(), versions=provenance.versions(),
                   sources_sha256=provenance.sources_sha256(), copy_GBps=copy, total_elements=TOTAL, runs=b.runs)
     (out_dir / "bench.json").write_text(json.dumps(result, indent=1))

@@ -9,9 +9,9 @@
 
 All take float32, float16 and bfloat16 (statistics in float32, output in the input dtype).
 On a GPU they run as compiled kernels; on a machine without one, set
-TRITON_INTERPRET=1 before importing triton (kernels.use_interpreter() does it) and pass CPU tensors.
+TRITON_INTERPRET=1 before importing triton (a07_softmax.use_interpreter() does it) and pass CPU tensors.
 
-`python -m kernels.triton_softmax` (= make triton) checks every kernel and, on a GPU, prints GB/s
+`python -m a07_softmax.triton_softmax` (= make triton) checks every kernel and, on a GPU, prints GB/s
 beside torch.softmax measured in the same run.
 """
 from __future__ import annotations
@@ -111,6 +111,7 @@ def softmax_online_kernel(out_ptr, in_ptr, n_cols, in_stride, out_stride, TILE: 
 # Launchers: argument checks first, then a grid sized from the device.
 # ------------------------------------------------------------------------------------------------
 def interpreting() -> bool:
+    """Kernels run in the CPU interpreter (backend.use_interpreter() decides, before import)."""
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -140,7 +141,7 @@ def _check(x: torch.Tensor, name: str = "x", max_cols: int | None = MAX_ROW_COLS
             raise ValueError("TRITON_INTERPRET=1 runs kernels on the CPU: pass a CPU tensor")
     elif not x.is_cuda:
         raise ValueError(f"{name} is on the CPU but no interpreter is active; move it to the GPU, or call "
-                         "kernels.use_interpreter() before importing triton")
+                         "a07_softmax.use_interpreter() before importing triton")
     if max_cols is not None and x.shape[1] > max_cols:
         raise ValueError(f"cols = {x.shape[1]} > {max_cols}: this kernel holds a whole row on chip; "
                          "use softmax_online for longer rows")
@@ -237,25 +238,15 @@ def softmax_online(x: torch.Tensor, out: torch.Tensor | None = None, tile: int |
 
 
 # ------------------------------------------------------------------------------------------------
-# python -m kernels.triton_softmax
+# python -m a07_softmax.triton_softmax
 # ------------------------------------------------------------------------------------------------
-def _err(got: torch.Tensor, ref) -> float:
-    """Max relative error; below the dtype's smallest normal number, error is judged against it."""
-    from . import reference
-
-    return reference.max_rel_err(got.float().cpu().numpy(), ref, floor=torch.finfo(got.dtype).tiny)
-
-
 def self_check(device: str, sizes) -> bool:
     """Check each kernel on fresh random rows against float64; print a table. True if all pass."""
-    import numpy as np
-
-    from . import reference
+    from . import accuracy, reference
 
     g = torch.Generator().manual_seed(0)
     ok_all = True
     print(f"{'kernel':<20} {'dtype':<9} {'rows':>7} {'cols':>8} {'max rel err':>12}  verdict")
-    tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
     for dtype in DTYPES:
         for rows, cols in sizes:
             x = (torch.randn(rows, cols, generator=g) * 8).to(dtype)
@@ -271,9 +262,8 @@ def self_check(device: str, sizes) -> bool:
                 if name != "softmax_online" and cols > MAX_ROW_COLS:
                     continue
                 got = fn()
-                e = _err(got, ref) if name != "log_softmax" else float(
-                    np.max(np.abs(got.float().cpu().numpy() - ref)) / max(1.0, float(np.max(np.abs(ref)))))
-                ok = e <= tol[dtype] * (4 if name == "log_softmax" else 1)
+                e = accuracy.max_rel_err(got.cpu(), ref, log=name == "log_softmax")
+                ok = e <= accuracy.tolerance(dtype)
                 ok_all &= ok
                 print(f"{name:<20} {str(dtype).replace('torch.', ''):<9} {rows:>7} {cols:>8} {e:>12.3g}  "
                       f"{'PASSED' if ok else 'FAILED'}")
@@ -303,14 +293,16 @@ def gpu_sweep():
 
 
 def main() -> int:
-    gpu = torch.cuda.is_available() and not interpreting()
+    from .backend import detect
+
+    gpu = detect().triton_gpu
     if not gpu and not interpreting():
         print("No GPU: re-running in the Triton interpreter (TRITON_INTERPRET=1) on small CPU tensors.")
         import subprocess
         import sys
 
         env = dict(os.environ, TRITON_INTERPRET="1")
-        return subprocess.call([sys.executable, "-m", "kernels.triton_softmax"], env=env)
+        return subprocess.call([sys.executable, "-m", "a07_softmax.triton_softmax"], env=env)
     if gpu:
         print(f"Triton {triton.__version__} on {torch.cuda.get_device_name()}")
         sizes = [(1, 1), (3, 3), (65537, 31), (257, 1023), (64, 1025), (16, 8192), (4, 100003)]

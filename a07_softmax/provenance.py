@@ -10,16 +10,19 @@ import hashlib
 import platform
 import re
 
-from .native import ROOT
+from .paths import PACKAGE, ROOT
 
-# Everything whose change can change a measured number.
-SOURCE_GLOBS = ("common/*.h", "cuda/*.cu", "hip/*.cpp", "kernels/native.py", "kernels/fast.py",
-                "kernels/triton_softmax.py", "kernels/bench.py", "kernels/labs.py")
+# Everything whose change can change a measured number: the device sources (under root()) and the
+# Python that compiles, launches, times and judges them (in the package). Keys are paths relative
+# to a checkout's root, in a checkout and in an installed wheel alike.
+DEVICE_GLOBS = ("common/*.h", "cuda/*.cu", "hip/*.cpp")
+PYTHON_SOURCES = ("accuracy.py", "bench.py", "constants.py", "fast.py", "labs.py", "native.py", "triton_softmax.py")
 
 
 def sources_sha256() -> dict:
-    files = sorted({p for g in SOURCE_GLOBS for p in ROOT.glob(g)})
-    return {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    files = {str(p.relative_to(ROOT)): p for g in DEVICE_GLOBS for p in ROOT.glob(g)}
+    files.update({f"{PACKAGE.name}/{name}": PACKAGE / name for name in PYTHON_SOURCES})
+    return {key: hashlib.sha256(files[key].read_bytes()).hexdigest() for key in sorted(files)}
 
 
 def stale_sources(recorded: dict) -> list:
@@ -46,14 +49,14 @@ def versions() -> dict:
 
 
 def gpu_name() -> str:
-    try:
-        import torch
+    """The GPU's name as torch reports it (backend.detect() decides whether there is one)."""
+    from .backend import detect
 
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_name()
-    except Exception:
-        pass
-    return "no GPU"
+    if not detect().torch_gpu:
+        return "no GPU"
+    import torch
+
+    return torch.cuda.get_device_name()
 
 
 def slug(name: str) -> str:

@@ -9,11 +9,16 @@ Detection order (the first that works is the "best" backend):
 
 Nothing here raises: every probe catches its own failure and records the reason, because the
 doctor's job is to explain a broken machine, not to crash on it.
+
+This is the course's one probe of the machine: the package, the labs, the checker, the benchmark,
+the tests and the notebooks all ask detect() (or use_interpreter(), which reads it), never torch
+or CuPy directly, so they cannot disagree about what runs where.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 import importlib
+import importlib.metadata
 import os
 import shutil
 
@@ -31,8 +36,8 @@ class Device:
 class Backends:
     nvidia: Device | None = None
     amd: Device | None = None
-    triton_gpu: bool = False
-    triton_interpreter: bool = False
+    torch_gpu: bool = False   # torch sees a CUDA or ROCm device
+    triton_installed: bool = False
     torch_version: str | None = None
     triton_version: str | None = None
     cupy_version: str | None = None
@@ -44,6 +49,28 @@ class Backends:
     @property
     def gpu(self) -> Device | None:
         return self.nvidia or self.amd
+
+    @property
+    def native(self) -> bool:
+        """The CUDA/HIP lab kernels can be launched here (CuPy with a device)."""
+        return self.gpu is not None and self.cupy_version is not None
+
+    @property
+    def triton_gpu(self) -> bool:
+        """Triton kernels run compiled on a GPU (read at call time: use_interpreter() may switch)."""
+        return self.triton_installed and self.torch_gpu and os.environ.get("TRITON_INTERPRET") != "1"
+
+    @property
+    def triton_interpreter(self) -> bool:
+        """Triton kernels can run in the CPU interpreter (needs only triton and CPU torch)."""
+        return self.triton_installed and self.torch_version is not None
+
+    @property
+    def triton_device(self) -> str | None:
+        """Where the course's Triton kernels take their tensors: "cuda", "cpu" (interpreter) or None."""
+        if self.triton_gpu:
+            return "cuda"
+        return "cpu" if self.triton_interpreter and os.environ.get("TRITON_INTERPRET") == "1" else None
 
     @property
     def best(self) -> str:
@@ -98,21 +125,25 @@ def _probe_torch(b: Backends) -> None:
     b.torch_version = torch.__version__
     gpu = False
     try:
-        gpu = torch.cuda.is_available()
+        gpu = bool(torch.cuda.is_available())
     except Exception:
         pass
+    b.torch_gpu = gpu
     if gpu and getattr(torch.version, "hip", None) and b.amd is None:
         p = torch.cuda.get_device_properties(0)
         b.amd = Device("AMD", p.name, getattr(p, "gcnArchName", "gfx?").split(":")[0], p.multi_processor_count,
                        getattr(p, "warp_size", 64))
         b.reasons.setdefault("amd", "found through torch.version.hip (no ROCm CuPy: RawModule labs unavailable)")
-    b.triton_version = _version("triton")
+    # The installed version, read without importing triton: importing it before use_interpreter()
+    # has set TRITON_INTERPRET would fix the kernels' mode for the whole process.
+    try:
+        b.triton_version = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        b.triton_version = None
     if b.triton_version is None:
         b.reasons["triton"] = "triton not installed (pip install triton; Linux only)"
         return
-    if gpu and os.environ.get("TRITON_INTERPRET") != "1":
-        b.triton_gpu = True
-    b.triton_interpreter = True  # the interpreter needs only triton + CPU torch tensors
+    b.triton_installed = True
 
 
 def _probe_compilers(b: Backends) -> None:
@@ -147,6 +178,20 @@ def detect(refresh: bool = False) -> Backends:
 
 def has_gpu() -> bool:
     return detect().gpu is not None
+
+
+def use_interpreter(force: bool = False) -> bool:
+    """Select the Triton interpreter where Triton cannot use a GPU (or when forced); True if on.
+
+    Call it before the course's Triton kernels are defined (importing a07_softmax.triton_softmax):
+    triton reads TRITON_INTERPRET when a kernel is decorated. An explicit TRITON_INTERPRET in the
+    environment is respected. The decision is detect()'s: torch must see a GPU for Triton to use
+    it, whatever CuPy says (a GPU without CuPy still runs Triton compiled)."""
+    if force:
+        os.environ["TRITON_INTERPRET"] = "1"
+    elif "TRITON_INTERPRET" not in os.environ and not detect().torch_gpu:
+        os.environ["TRITON_INTERPRET"] = "1"
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def labs(b: Backends | None = None):
@@ -200,13 +245,13 @@ def verdict(b: Backends | None = None) -> str:
     return "ready: CPU references only"
 
 
-def doctor(file=None) -> int:
+def doctor(file=None, b: Backends | None = None) -> int:
     """Print the preflight: one line per check, then the labs table, then one verdict line."""
     import platform
     import sys
 
     out = file or sys.stdout
-    b = detect()
+    b = b or detect()
 
     def line(ok, what, detail):
         print(f"[{'ok' if ok else '--'}] {what:<22} {detail}", file=out)

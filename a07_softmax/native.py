@@ -10,26 +10,36 @@ registers and spills per kernel: the labs are compile-only there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from pathlib import Path
 import re
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from .paths import ROOT
+
+from . import constants
+
 INCLUDE_DIRS = (ROOT / "common", ROOT / "cuda")
-BLOCK = 256
-DEFAULT_ITEMS = 4
+BLOCK = constants.BLOCK
+DEFAULT_ITEMS = constants.ITEMS
 MAX_GRID = 65535  # elementwise kernels: a grid-stride loop covers any size with this many blocks
-THREADS_PER_SM = 2048  # resident threads per SM (NVIDIA) or CU (AMD CDNA) on current parts
-ROW_GRID_WAVES = 8     # row-loop grids hold 8 device-fulls of blocks (as lab_host.h; see NOTES.md)
 
 # module name -> (CUDA source, HIP source)
 MODULES = {
     "softmax": ("cuda/softmax.cu", "hip/softmax.cpp"),
     "fused_softmax": ("cuda/fused_softmax.cu", "hip/fused_softmax.cpp"),
 }
-LAB1_KERNELS = ("softmax_naive_unsafe", "softmax_safe_3pass", "softmax_online_2pass", "softmax_online_1pass")
+LAB1_KERNELS = constants.LAB1_KERNELS
 ROW_IN_REGISTERS = ("softmax_online_1pass", "scale_mask_softmax_fused")
+
+
+def items_for(cols: int) -> int | None:
+    """The ITEMS a row-in-registers kernel needs for `cols` columns: the header's default, or the
+    power of two that holds the row; None past ITEMS_MAX (use the 2-pass kernel there)."""
+    need = -(-int(cols) // BLOCK)
+    items = max(DEFAULT_ITEMS, 1 << max(0, math.ceil(math.log2(max(1, need)))))
+    return items if items <= constants.ITEMS_MAX else None
 
 
 def source_files():
@@ -69,7 +79,7 @@ def check_scores(x, name: str = "x", *, kernel: str = "", items: int = DEFAULT_I
                         f"(cupy.asarray({name}) or torch.as_tensor({name}, device='cuda'))")
     if m.dtype != "float32":
         raise TypeError(f"{name} has dtype {m.dtype}; the lab kernels take float32 only "
-                        f"(the Triton kernels in kernels.triton_softmax also take float16 and bfloat16)")
+                        f"(the Triton kernels in a07_softmax.triton_softmax also take float16 and bfloat16)")
     if len(m.shape) != 2:
         raise ValueError(f"{name} must be 2-D (rows, cols), got shape {m.shape}")
     rows, cols = m.shape
@@ -98,11 +108,13 @@ def check_out(out, rows: int, cols: int, require_device: bool = True):
 # ------------------------------------------------------------------------------------------------
 # Compilation
 # ------------------------------------------------------------------------------------------------
-def _options(items: int, defines=()):
-    opts = ["-std=c++17", f"-DITEMS={int(items)}", f"-DBLOCK={BLOCK}"]
-    opts += [f"-I{d}" for d in INCLUDE_DIRS]
-    opts += [f"-D{d}" for d in defines]
-    return opts
+def compile_options(items: int = DEFAULT_ITEMS, defines=()):
+    """NVRTC/hiprtc options: the include folders, and ITEMS only where it differs from the header's
+    default (course_constants.h is the one place the defaults are written)."""
+    opts = ["-std=c++17"] + [f"-I{d}" for d in INCLUDE_DIRS]
+    if int(items) != DEFAULT_ITEMS:
+        opts.append(f"-DITEMS={int(items)}")
+    return opts + [f"-D{d}" for d in defines]
 
 
 def source_path(module: str, vendor: str = "CUDA") -> Path:
@@ -121,7 +133,7 @@ def load(module: str, items: int = DEFAULT_ITEMS):
     if key not in _MODULES:
         vendor = "HIP" if cupy.cuda.runtime.is_hip else "CUDA"
         path = source_path(module, vendor)
-        _MODULES[key] = cupy.RawModule(code=path.read_text(), options=tuple(_options(items)),
+        _MODULES[key] = cupy.RawModule(code=path.read_text(), options=tuple(compile_options(items)),
                                        backend="hiprtc" if vendor == "HIP" else "nvrtc")
     return _MODULES[key]
 
@@ -178,16 +190,24 @@ def nvrtc_compile(path, arch: str = "sm_90", items: int = DEFAULT_ITEMS, defines
     err, prog = nvrtc.nvrtcCreateProgram(src, path.name.encode(), 0, [], [])
     for expr in name_expressions:
         nvrtc.nvrtcAddNameExpression(prog, expr.encode())
-    opts = [o.encode() for o in _options(items, defines) + [f"--gpu-architecture={arch}", "-Xptxas=-v"]]
+    opts = [o.encode() for o in compile_options(items, defines) + [f"--gpu-architecture={arch}", "-Xptxas=-v"]]
     (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     _, n = nvrtc.nvrtcGetProgramLogSize(prog)
     log = b" " * n
     nvrtc.nvrtcGetProgramLog(prog, log)
     log = log.decode(errors="replace").rstrip("\x00 \n")
-    nvrtc.nvrtcDestroyProgram(prog)
     ok = int(err) == 0
-    return CompileResult(str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path), ok, log,
-                         parse_ptxas(log) if ok else [])
+    expression_of = {}  # mangled name -> the name expression it was asked for
+    if ok:
+        for expr in name_expressions:
+            lerr, lowered = nvrtc.nvrtcGetLoweredName(prog, expr.encode())
+            if int(lerr) == 0:
+                expression_of[lowered.decode()] = expr
+    nvrtc.nvrtcDestroyProgram(prog)
+    reports = parse_ptxas(log) if ok else []
+    for r in reports:
+        r.name = expression_of.get(r.name, r.name)
+    return CompileResult(str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path), ok, log, reports)
 
 
 def compile_report(arch: str = "sm_90", items: int = DEFAULT_ITEMS):
@@ -218,13 +238,13 @@ _SMS: dict = {}
 
 
 def row_grid(rows: int) -> int:
-    """Blocks for the row loop: ROW_GRID_WAVES device-fulls, never more than rows."""
+    """Blocks for the row loop: ROW_GRID_WAVES device-fulls, never more than rows (as lab_host.h)."""
     import cupy
 
     dev = cupy.cuda.Device().id
     if dev not in _SMS:  # asked once per device: the attribute query is slow
         _SMS[dev] = cupy.cuda.runtime.deviceGetAttribute(cupy.cuda.runtime.cudaDevAttrMultiProcessorCount, dev)
-    return max(1, min(rows, _SMS[dev] * (THREADS_PER_SM // BLOCK) * ROW_GRID_WAVES))
+    return max(1, min(rows, _SMS[dev] * (constants.THREADS_PER_SM // BLOCK) * constants.ROW_GRID_WAVES))
 
 
 def softmax(x, kernel: str = "softmax_online_1pass", out=None, items: int = DEFAULT_ITEMS):

@@ -1,4 +1,4 @@
-"""make grade DIR=submissions: run the exercise checker over every learner's folder.
+"""a07 grade DIR (make grade DIR=submissions): run the exercise checker over every learner's folder.
 
 DIR holds one folder per learner, each with any of the exercise files under their usual names
 (01_safe_softmax.cu, 04_online_trace.py, ...). Every submission is checked in its own child process
@@ -35,7 +35,7 @@ def grade(folder: Path):
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        print("usage: python -m kernels.grade DIR", file=sys.stderr)
+        print("usage: a07 grade DIR", file=sys.stderr)
         return 2
     folder = Path(argv[0])
     if not folder.is_dir():

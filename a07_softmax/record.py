@@ -1,6 +1,6 @@
 """make results: regenerate every committed GPU artefact on the GPU at hand.
 
-  results/<gpu>/bench.json + plots   (python -m kernels.bench)
+  results/<gpu>/bench.json + plots   (python -m a07_softmax.bench)
   results/<gpu>/run-cuda.txt         the output of `make run-cuda`, headed with provenance
   notebooks/*.ipynb                  re-executed on the CPU (the GPU hidden), as `make notebooks` does
   results/<gpu>/notebooks.txt        every notebook executed under nbval on this GPU: passed/failed
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from . import provenance
-from .native import ROOT
+from .paths import ROOT
 
 
 def run_cuda(out: Path) -> int:

@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from .native import ROOT
+from .paths import ROOT
 from .provenance import stale_sources
 
 RESULTS = ROOT / "results"
