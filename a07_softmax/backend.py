@@ -194,6 +194,24 @@ def use_interpreter(force: bool = False) -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+TRITON_MISSING = ("triton is not installed here (it ships for Linux only): the cells that launch Triton kernels "
+                  "skip, and the committed notebook shows what they print")
+
+
+def triton_kernels():
+    """The Triton lab's module (a07_softmax.triton_softmax) where triton and torch are installed,
+    in the interpreter where no GPU is usable; None where they are not (macOS, Windows), after
+    saying so. Notebooks import the Triton kernels through this, so every notebook runs anywhere."""
+    b = detect()
+    if not (b.triton_installed and b.torch_version):
+        print(TRITON_MISSING)
+        return None
+    use_interpreter()
+    from . import triton_softmax
+
+    return triton_softmax
+
+
 def labs(b: Backends | None = None):
     """(lab, how it runs here, why) for every lab in the course."""
     b = b or detect()

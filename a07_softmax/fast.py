@@ -311,15 +311,17 @@ def _driver_call(what: str, result):
     return values[0] if len(values) == 1 else values
 
 
-def kernel(name: str, cluster: int = 0):
-    """The compiled template instance `name` (one RawModule per instance, compiled once). A cluster
-    kernel of more than 8 blocks is allowed its non-portable size here."""
+def kernel(name: str, cluster: int = 0, defines=()):
+    """The compiled template instance `name` (one RawModule per instance and set of -D defines,
+    compiled once). A cluster kernel of more than 8 blocks is allowed its non-portable size here.
+    `defines` (e.g. ("A07_L2_HINT=0",)) build a variant for a measurement (bench/sweeps)."""
     import cupy
 
-    if name not in _MODULES:
+    key = (name, tuple(defines))
+    if key not in _MODULES:
         vendor = device_info()[0]
         src = (native.ROOT / SOURCE[vendor]).read_text()
-        mod = cupy.RawModule(code=src, options=tuple(native.compile_options()),
+        mod = cupy.RawModule(code=src, options=tuple(native.compile_options(defines=defines)),
                              name_expressions=[name], backend="hiprtc" if vendor == "HIP" else "nvrtc")
         fn = mod.get_function(name)
         if cluster > PORTABLE_CLUSTER:
@@ -328,20 +330,20 @@ def kernel(name: str, cluster: int = 0):
             _driver_call("cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)", driver.cuFuncSetAttribute(
                 driver.CUfunction(fn.kernel.ptr),
                 driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1))
-        _MODULES[name] = fn
-    return _MODULES[name]
+        _MODULES[key] = fn
+    return _MODULES[key]
 
 
 _RESIDENT: dict = {}
 
 
-def resident_clusters(name: str, cluster: int, threads: int) -> int:
+def resident_clusters(name: str, cluster: int, threads: int, defines=()) -> int:
     """How many clusters of this kernel the GPU runs at once, from the driver
     (cuOccupancyMaxActiveClusters): clusters live inside one GPC, so this is not simply SMs /
     cluster (an H200 fits 14 clusters of 16 and 15 of 8 one-block-per-SM ones, not 16)."""
     import cupy
 
-    key = (cupy.cuda.Device().id, name, threads)
+    key = (cupy.cuda.Device().id, name, threads, tuple(defines))
     if key not in _RESIDENT:
         from cuda.bindings import driver
 
@@ -350,7 +352,7 @@ def resident_clusters(name: str, cluster: int, threads: int) -> int:
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
         cfg.sharedMemBytes = 0
         n = _driver_call(f"cuOccupancyMaxActiveClusters({name} x {threads} threads)",
-                         driver.cuOccupancyMaxActiveClusters(driver.CUfunction(kernel(name, cluster).kernel.ptr), cfg))
+                         driver.cuOccupancyMaxActiveClusters(driver.CUfunction(kernel(name, cluster, defines).kernel.ptr), cfg))
         if int(n) < 1:
             raise RuntimeError(f"cuOccupancyMaxActiveClusters: no cluster of {name} x {threads} threads fits")
         _RESIDENT[key] = int(n)
@@ -383,10 +385,11 @@ def _pointer(a) -> int:
     return a.data_ptr() if type(a).__module__.startswith("torch") else a.data.ptr
 
 
-def softmax(x, out=None, **override):
+def softmax(x, out=None, *, defines=(), **override):
     """Row softmax of x with the strategy plan() picks; fp32 statistics for every dtype. A row of
     all -inf comes back as zeros. Overrides as for plan(), plus `clusters` (a smaller cluster limit)
-    and `resident` (launch at most this many clusters), for tests and tuning."""
+    and `resident` (launch at most this many clusters), and `defines` (a compile-time variant), for
+    tests and tuning."""
     rows, cols, dtype = check(x, out)
     if out is None:
         out = native._empty_like(x)
@@ -396,10 +399,11 @@ def softmax(x, out=None, **override):
     px, py = _pointer(x), _pointer(out)
     aligned = cols % n == 0 and px % VEC_BYTES == 0 and py % VEC_BYTES == 0
     most = override.pop("resident", None)
-    fit = resident_clusters if most is None else (lambda *a: min(int(most), resident_clusters(*a)))
+    fit = (lambda *a: resident_clusters(*a, defines)) if most is None else \
+        (lambda *a: min(int(most), resident_clusters(*a, defines)))
     p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, resident=fit, **override)
     cluster = p.strategy == "cluster"
-    fn = kernel(p.kernel, p.params[1] if cluster else 0)
+    fn = kernel(p.kernel, p.params[1] if cluster else 0, defines)
     args = (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols))
     if cluster:
         import cupy

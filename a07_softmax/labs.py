@@ -140,9 +140,13 @@ def lab2(batch_heads: int = 256, seq: int = 1024, items: int = DEFAULT_ITEMS, se
 
 
 def compile_only(arch: str = "sm_90") -> bool:
-    """No GPU: NVRTC-compile every CUDA source and print registers and spills per kernel."""
-    from . import native
+    """No GPU: NVRTC-compile every CUDA source and print registers and spills per kernel. False,
+    with the reason, where NVRTC is not installed."""
+    from . import backend, native
 
+    if backend.detect().nvrtc is None:
+        print("cannot compile here: " + backend.detect().reasons.get("nvrtc", "NVRTC is not installed"))
+        return False
     ok_all = True
     for res in native.compile_report(arch):
         ok_all &= res.ok

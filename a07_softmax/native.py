@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from .paths import ROOT
+from .paths import PACKAGE, ROOT
 
 from . import constants
 
@@ -306,7 +306,17 @@ def scale_mask_softmax(x, scale: float = 1.0, *, causal: bool = False, window: i
 
 
 def excerpt(path, name: str) -> str:
-    """The comment block above kernel/function/struct `name` in a course source, and its body."""
+    """The comment block above kernel/function/struct `name` in a course source, and its body. A
+    Python source (a07_softmax/triton_softmax.py) is read as text too, so a listing needs neither
+    triton nor a GPU."""
+    if str(path).endswith(".py"):
+        import ast
+
+        text = (PACKAGE.parent / path if str(path).startswith(PACKAGE.name + "/") else ROOT / path).read_text()
+        node = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+                    and n.name == name)
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+        return "\n".join(text.splitlines()[first:node.end_lineno])
     lines = (ROOT / path).read_text().splitlines()
     is_struct = re.compile(rf"^(struct|class) {name}\b")
     start = next(i for i, line in enumerate(lines) if is_struct.search(line) or (

@@ -73,15 +73,27 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // eviction-priority hint, evict_last (a cache policy from createpolicy, which ptxas folds into a
 // constant). Each input byte is read once, yet the hint makes the fast softmax faster and
 // evict_first makes it slower (docs/performance.md has the measurements and their controls).
+// -DA07_L2_HINT=0 builds the same predicated load without the hint: the control in those sweeps.
+#ifndef A07_L2_HINT
+#define A07_L2_HINT 1
+#endif
 __device__ __forceinline__ uint4 load16_if(const void* p, bool inside, unsigned other) {
+  uint4 r;
+#if A07_L2_HINT
   unsigned long long policy;
   asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  uint4 r;
   asm("{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n"
       " mov.b32 %0, %6;\n mov.b32 %1, %6;\n mov.b32 %2, %6;\n mov.b32 %3, %6;\n"
       " @p ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%5], %7;\n}"
       : "=&r"(r.x), "=&r"(r.y), "=&r"(r.z), "=&r"(r.w)
       : "r"(int(inside)), "l"(p), "r"(other), "l"(policy));
+#else
+  asm("{\n .reg .pred p;\n setp.ne.b32 p, %4, 0;\n"
+      " mov.b32 %0, %6;\n mov.b32 %1, %6;\n mov.b32 %2, %6;\n mov.b32 %3, %6;\n"
+      " @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%5];\n}"
+      : "=&r"(r.x), "=&r"(r.y), "=&r"(r.z), "=&r"(r.w)
+      : "r"(int(inside)), "l"(p), "r"(other));
+#endif
   return r;
 }
 __device__ __forceinline__ float half_bits_to_float(unsigned short h) {

@@ -377,3 +377,27 @@ def test_tuning_overrides_hold_on_misaligned_rows():
     assert auto.params[0] <= 8 and auto.params[3] == 1
     forced = fast.plan(262147, "bfloat16", aligned=False, vecs=16, min_blocks=2, strategy="cluster")
     assert forced.params[0] == 16 and forced.params[3] == 2
+
+
+def test_every_sweep_behind_docs_performance_names_a_plan_it_can_build():
+    """bench/sweeps/fast_configs.py repeats the measurements in docs/performance.md: each named
+    configuration must be one plan() accepts (a typo is an error, not the default plan), and the
+    table's own choice must be among those compared."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fast_configs", ROOT / "bench" / "sweeps" / "fast_configs.py")
+    sweeps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweeps)
+    assert sweeps.parse_config("strategy=block vecs=4 -DA07_L2_HINT=0") == (
+        {"strategy": "block", "vecs": 4}, ("A07_L2_HINT=0",))
+    for name, (_, runs) in sweeps.CLAIMS.items():
+        for dtype, cols_list, configs in runs:
+            assert "" in configs, name
+            for cols in cols_list:
+                kernels = set()
+                for cfg in configs:
+                    overrides, defines = sweeps.parse_config(cfg)
+                    kernels.add((fast.plan(cols, dtype, 2**28 // cols, **overrides).kernel, defines))
+                assert len(kernels) == len(configs), f"{name} {dtype} {cols}: two configurations are the same launch"
+    with pytest.raises(TypeError, match="vec"):
+        fast.plan(1024, **sweeps.parse_config("vec=4")[0])

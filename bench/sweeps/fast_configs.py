@@ -1,0 +1,141 @@
+"""Repeat the measurements behind the fast softmax's strategy table (docs/performance.md).
+
+Each configuration is a set of fast.plan() overrides and/or -D defines of the sources; every one
+is checked once against float64 (the course's accuracy measure), then all of them and a
+device-to-device copy of the same bytes are timed in interleaved, rotated rounds (the
+benchmark's method: 2^28 elements, warm-up, medians of CUDA events). A07 must be importable
+(make venv, or PYTHONPATH=<checkout>).
+
+  python bench/sweeps/fast_configs.py --claim l2-hint           one of the named claims
+  python bench/sweeps/fast_configs.py --all --out sweeps.txt    every claim, with provenance
+  python bench/sweeps/fast_configs.py --dtype float32 --cols 8192 \\
+      --config "strategy=block vecs=2 threads=1024" --config "strategy=block vecs=4 threads=512"
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+# name -> (what it settles, [(dtype, [cols...], [config, ...])]); "" is the committed table's choice
+CLAIMS = {
+    "l2-hint": ("the evict_last hint on the loads, against the same predicated load without it",
+                [("float32", [256, 4096, 16384, 65536, 262144], ["", "-DA07_L2_HINT=0"]),
+                 ("bfloat16", [1024, 16384, 65536], ["", "-DA07_L2_HINT=0"])]),
+    "warp-or-block": ("short rows: a group of lanes per row (no barrier) or a block per row",
+                      [("float32", [128, 256], ["", "strategy=block"]),
+                       ("bfloat16", [512, 1024], ["", "strategy=block"])]),
+    "fp32-block-tiers": ("fp32 rows of 4097-32768: vectors a thread against threads a block",
+                         [("float32", [8192], ["", "strategy=block vecs=4 threads=512"]),
+                          ("float32", [16384], ["", "strategy=block vecs=4 threads=1024"]),
+                          ("float32", [32768], ["", "strategy=cluster cluster=2 vecs=8 threads=512"])]),
+    "fp32-cluster-tiers": ("fp32 rows past 32768: blocks per cluster and threads per block",
+                           [("float32", [65536], ["", "strategy=cluster cluster=4 vecs=8 threads=512"]),
+                            ("float32", [131072], ["", "strategy=cluster cluster=16 vecs=8 threads=256"]),
+                            ("float32", [262144], ["", "clusters=8", "strategy=2pass"])]),
+    "bf16-cluster-tiers": ("16-bit rows past 16384: small blocks, several per SM",
+                           [("bfloat16", [32768], ["", "strategy=cluster cluster=2 vecs=8 threads=256 min_blocks=3"]),
+                            ("bfloat16", [131072], ["", "strategy=cluster cluster=16 vecs=8 threads=128 min_blocks=7"]),
+                            ("bfloat16", [262144], ["", "strategy=cluster cluster=8 vecs=16 threads=256 min_blocks=2"])]),
+}
+
+
+def parse_config(text: str):
+    """'strategy=block vecs=4 -DA07_L2_HINT=0' -> ({'strategy': 'block', 'vecs': 4}, ('A07_L2_HINT=0',))"""
+    overrides, defines = {}, []
+    for token in text.split():
+        if token.startswith("-D"):
+            defines.append(token[2:])
+        else:
+            key, value = token.split("=", 1)
+            overrides[key] = int(value) if value.lstrip("-").isdigit() else value
+    return overrides, tuple(defines)
+
+
+def measure(dtype: str, cols: int, configs, rounds: int):
+    """[(config, plan description, median ms, % of copy, rounds ms, max rel err)] and the copy's GB/s."""
+    import numpy as np
+    import torch
+
+    from a07_softmax import accuracy, bench, fast
+
+    b = bench.Bench(quick=False)
+    rows = bench.TOTAL // cols
+    x = (torch.randn(rows, cols, device="cuda") * 4).to(getattr(torch, dtype))
+    out = torch.empty_like(x)
+    ref = torch.softmax(x.double(), -1)
+    dst = torch.empty_like(x)
+    fns, described, errs = {"copy": lambda: dst.copy_(x)}, {}, {}
+    for cfg in configs:
+        overrides, defines = parse_config(cfg)
+        plan_args = {k: v for k, v in overrides.items() if k != "resident"}
+        described[cfg] = fast.plan(cols, dtype, rows, **plan_args).describe()
+        fn = (lambda o=overrides, d=defines: fast.softmax(x, out=out, defines=d, **o))
+        errs[cfg] = b.check(fn, out, ref)
+        fns[cfg or "table"] = fn
+    times = bench.interleaved(fns, rounds, b.time)
+    copy_ms = float(np.median(times.pop("copy")))
+    nbytes = 2 * x.numel() * x.element_size()
+    rows_out = []
+    for cfg in configs:
+        t = times[cfg or "table"]
+        ms = float(np.median(t))
+        rows_out.append((cfg or "(the table's choice)", described[cfg], ms, 100 * copy_ms / ms, t, errs[cfg],
+                         errs[cfg] <= accuracy.tolerance(dtype)))
+    del x, out, ref, dst
+    torch.cuda.empty_cache()
+    return rows_out, nbytes / (copy_ms * 1e-3) / 1e9
+
+
+def run(sweeps, rounds: int, print_=print):
+    for dtype, cols_list, configs in sweeps:
+        for cols in cols_list:
+            result, copy = measure(dtype, cols, configs, rounds)
+            print_(f"\n{dtype} {cols} columns (copy {copy:.0f} GB/s)")
+            for cfg, desc, ms, pct, t, err, ok in result:
+                spread = 100 * (max(t) - min(t)) / ms
+                print_(f"  {pct:6.1f} % of copy  {ms:8.4f} ms (rounds spread {spread:4.2f} %)  "
+                       f"err {err:.2g}{'' if ok else ' FAILED'}  {cfg}\n      {desc}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--claim", choices=sorted(CLAIMS), action="append", default=[])
+    ap.add_argument("--all", action="store_true", help="every named claim")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    ap.add_argument("--cols", type=int, nargs="*", default=[])
+    ap.add_argument("--config", action="append", default=[], help='overrides and -D defines, e.g. "vecs=4 -DA07_L2_HINT=0"')
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", help="also write the output, headed with GPU, date, versions, commit and source hashes")
+    args = ap.parse_args(argv)
+    from a07_softmax import backend, provenance
+
+    if not backend.detect().native:
+        print("fast_configs: needs an NVIDIA GPU with CuPy (the fast softmax launches through RawModule)")
+        return 1
+    sweeps = []
+    for name in (sorted(CLAIMS) if args.all else args.claim):
+        sweeps += CLAIMS[name][1]
+    if args.cols:
+        sweeps.append((args.dtype, args.cols, [""] + args.config))
+    if not sweeps:
+        ap.error("name a --claim, --all, or --cols with --config")
+    lines = []
+
+    def out(line):
+        print(line, flush=True)
+        lines.append(line)
+
+    run(sweeps, args.rounds, out)
+    if args.out:
+        commit = os.environ.get("A07_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        head = provenance.header(f"bench/sweeps/fast_configs.py {' '.join(sys.argv[1:])}")
+        with open(args.out, "w") as fh:
+            fh.write(head + f"# commit: {commit or 'unknown'}\n" + "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
