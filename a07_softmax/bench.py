@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import accuracy, provenance, reference
+from . import accuracy, constants, provenance, reference
 from .paths import ROOT
 
 TOTAL = 2**28
@@ -39,10 +39,8 @@ MASK_COLS = {128, 512, 1024, 2048, 4096, 8192}  # S for (batch*heads, S, S) atte
 # implementation -> traversals in the traffic model (what it really moves)
 # impl -> the traffic-model variant it is (reference.TRAFFIC holds the reads and writes)
 MODEL = {
-    "cuda.softmax_naive_unsafe": "softmax_naive_unsafe", "cuda.softmax_safe_3pass": "softmax_safe_3pass",
-    "cuda.softmax_online_2pass": "softmax_online_2pass", "cuda.softmax_online_1pass": "softmax_online_1pass",
-    "cuda.softmax_fast": "softmax_fast", "cuda.scale_mask_softmax_unfused": "scale_mask_softmax_unfused",
-    "cuda.scale_mask_softmax_fused": "scale_mask_softmax_fused",
+    **{f"cuda.{name}": name for name, _, _ in constants.LAB1_KERNELS_TRAFFIC + constants.LAB2_PATHS_TRAFFIC},
+    "cuda.softmax_fast": "softmax_fast",
     "triton.softmax": "softmax_online_1pass", "triton.softmax_online": "softmax_online_2pass",
     "triton.log_softmax": "log_softmax", "triton.scale_mask_softmax": "scale_mask_softmax_fused",
     "torch.softmax": "softmax_online_1pass", "torch.log_softmax": "log_softmax",

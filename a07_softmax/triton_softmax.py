@@ -159,8 +159,8 @@ def _row_config(cols: int, elem_bytes: int):
 
 def _grid(n_tiles: int) -> int:
     """One program per row tile. A persistent grid (a few programs per SM, each looping over
-    tiles; the kernels support it) measured 2-8 % slower on the H200 than letting the hardware
-    schedule every tile, so the launcher sizes the grid from the work. The interpreter gets a
+    tiles; the kernels support it) was slower than letting the hardware schedule every tile
+    (docs/performance.md, "The Triton row kernel"), so the launcher sizes the grid from the work. The interpreter gets a
     few programs only, so that each one walks several tiles and the loop is exercised on a CPU."""
     return max(1, min(n_tiles, 3)) if interpreting() else n_tiles
 
@@ -227,7 +227,7 @@ def softmax_online(x: torch.Tensor, out: torch.Tensor | None = None, tile: int |
     rows, cols = _check(x, max_cols=None)
     out = torch.empty_like(x) if out is None else out
     _check(out, "out", max_cols=None)
-    if tile is None:  # tuned on the H200: 8192-element tiles, 16 warps (64 % of copy at 262144 cols)
+    if tile is None:  # 8192-element tiles and 16 warps: the best of the sweep in docs/performance.md
         tile = min(8192, triton.next_power_of_2(cols))
     if tile & (tile - 1):
         raise ValueError(f"tile must be a power of two, got {tile}")

@@ -77,8 +77,7 @@ softmax_online_2pass(const float* __restrict__ x, float* __restrict__ y, int row
 //    Thread t holds columns t, t + BLOCK, ..., t + (ITEMS-1) * BLOCK. The indices are
 //    compile-time constants after unrolling, so v[] lives in registers, not local memory.
 //    While the block reduces one row, the loads of its next row are already in flight (next[]):
-//    without that, HBM idles during every reduction and the kernel reaches about half of the
-//    copy bandwidth on the H200 at cols = 1024.
+//    without that, HBM idles during every reduction (docs/performance.md, "The lab kernels").
 //    One exp per element: each thread keeps e = exp(x - m_t) relative to its own max m_t, and
 //    at the end multiplies by exp(m_t - M) / S, since exp(x - M) = exp(x - m_t) * exp(m_t - M).
 //    Needs cols <= BLOCK * ITEMS; the launchers refuse larger rows (raise ITEMS: -DITEMS=8).

@@ -61,6 +61,7 @@ def test_a_wrong_answer_gets_the_first_mismatch(tmp_path):
     assert v == check.FAIL and "after element 0 (1.0): got (m=1.0, s=2.00000000), expected (m=1.0, s=1.00000000)" in detail
 
 
+@pytest.mark.slow
 def test_a_hanging_exercise_is_stopped(tmp_path):
     f = tmp_path / "04_online_trace.py"
     f.write_text("def online_scalar(xs):\n    while True:\n        pass\n")

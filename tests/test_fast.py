@@ -97,24 +97,36 @@ def test_plan_rejects_unknown_overrides_and_strategies():
     assert fast.plan(4096, vecs=8, strategy="block").params[0] == 8
 
 
-def test_plan_explains_itself():
-    d = fast.plan(262144, "float32", 1024).describe()
-    assert "cluster" in d and "16 blocks x 512 threads x 8 vectors" in d and "8 clusters share the rows" in d
-    assert "per SM" not in d and "(up to 5 blocks per SM)" in fast.plan(262144, "bfloat16", 1024).describe()
+@pytest.mark.parametrize("dtype, cols", [("float32", 262144), ("bfloat16", 262144), ("float32", 200), ("bfloat16", 3000)])
+def test_plan_explains_itself_in_its_own_numbers(dtype, cols):
+    """describe() states the launch the plan makes: its kernel, grid and threads, and the shape of
+    the row's share in the plan's own parameters."""
+    p = fast.plan(cols, dtype, 1024)
+    d = p.describe()
+    assert p.strategy in d and p.kernel in d and f"grid {p.grid:>8} x {p.threads:>4}" in d
+    if p.strategy == "cluster":
+        vecs, cluster, threads, min_blocks = p.params
+        assert f"{cluster} blocks x {threads} threads x {vecs} vectors" in d
+        assert ("per SM" in d) == (min_blocks > 1) and f"{p.grid // cluster} clusters share the rows" in d
+    elif p.strategy == "warp":
+        assert f"{p.params[1]} lanes x {p.params[0]} vectors" in d
 
 
 def test_cluster_grid_is_what_fits_at_once():
     """The launcher passes the driver's count of co-resident clusters; the grid never exceeds it,
-    nor the rows."""
+    nor the rows, and the rows are shared evenly among the clusters."""
     asked = []
+
     def fits(name, cluster, threads):
         asked.append((name, cluster, threads))
         return 14
-    p = fast.plan(262144, "float32", 1024, resident=fits)
-    assert asked == [(p.kernel, 16, 512)] and p.grid == 14 * 16 and p.rows_each == -(-1024 // 14)
-    assert fast.plan(262144, "float32", 5, resident=fits).grid == 5 * 16
-    q = fast.plan(131072, "bfloat16", 1000, resident=fits)
-    assert asked[-1] == (q.kernel, 8, 128) and q.grid == 14 * 8
+    for dtype, cols in (("float32", 262144), ("bfloat16", 131072)):
+        for rows in (1, 5, 14, 1000):
+            p = fast.plan(cols, dtype, rows, resident=fits)
+            assert p.strategy == "cluster"
+            _, cluster, threads, _ = p.params
+            assert asked[-1] == (p.kernel, cluster, threads)
+            assert p.grid == min(rows, 14) * cluster and p.rows_each == -(-rows // min(rows, 14))
 
 
 @pytest.mark.parametrize("x, err, words", [
@@ -146,6 +158,7 @@ def test_torch_cpu_bf16_is_refused_before_a_launch():
         fast.plan(128, "float64")
 
 
+@pytest.mark.slow
 def test_every_planned_instance_compiles_without_spills():
     """Every instance the strategy table can pick (fast.instances(): aligned and not, clusters of
     16, 8 and none) compiles for sm_90 without spills, and fits its launch bound in registers."""
@@ -401,3 +414,18 @@ def test_every_sweep_behind_docs_performance_names_a_plan_it_can_build():
                 assert len(kernels) == len(configs), f"{name} {dtype} {cols}: two configurations are the same launch"
     with pytest.raises(TypeError, match="vec"):
         fast.plan(1024, **sweeps.parse_config("vec=4")[0])
+
+
+def test_docs_performance_states_the_table_the_planner_uses():
+    """docs/performance.md's strategy table is read by people deciding what to change: its block
+    tiers and cluster block counts must be the ones in fast.TABLE."""
+    doc = (ROOT / "docs" / "performance.md").read_text()
+    for size, label in ((4, "| 4 B |"), (2, "| 2 B |")):
+        t = fast.TABLE[size]
+        block = ", ".join(f"{b.vecs} x {b.max_threads}" for b in t.block_tiers)
+        assert f"{label} block | {block} |" in doc, block
+        rows = [line for line in doc.splitlines() if line.startswith(f"{label} cluster |")]
+        assert len(rows) == 1
+        for c in t.cluster_tiers:
+            assert f"{c.vecs} x {c.max_threads} in {c.cluster}" in rows[0] or \
+                f"{c.vecs} x {c.max_threads} in 8 or 16" in rows[0], c
