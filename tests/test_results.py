@@ -36,7 +36,7 @@ def test_every_timed_output_was_checked_and_the_course_kernels_passed(gpu):
     assert not ours
 
 
-@pytest.mark.parametrize("name", ["run-cuda.txt", "notebooks.txt"])
+@pytest.mark.parametrize("name", ["run-cuda.txt", "notebooks.txt", "sweeps.txt", "sweeps_row_grid.txt"])
 def test_committed_run_logs_name_gpu_date_versions_and_fresh_sources(name):
     p = results.RESULTS / "nvidia-h200" / name
     text = p.read_text()
@@ -152,3 +152,60 @@ def test_schema_checks_the_timing_rounds():
     assert "is not the median of its ms_rounds" in " ".join(results.schema_errors(d))
     d["runs"][0]["ms_rounds"] = [1.0, -2.0]
     assert "expected a list of positive times" in " ".join(results.schema_errors(d))
+
+
+def test_readme_summary_is_the_committed_run():
+    """The README's one-paragraph verdict on the fast softmax, recomputed from bench.json."""
+    from a07_softmax.paths import ROOT
+
+    d = results.load_bench("nvidia-h200")
+    text = " ".join((ROOT / "README.md").read_text().split())
+    wins = 0
+    for dtype in ("float32", "bfloat16"):
+        pct = [v[1] for v in results.fast_scorecard(d, dtype).values()]
+        assert f"{min(pct):.1f}-{max(pct):.1f} % in {'fp32' if dtype == 'float32' else 'bf16'}" in \
+            text.replace("of the copy rate in fp32", "in fp32"), (dtype, min(pct), max(pct))
+        wins += sum(1 for margin, _, tie in results.fast_margins(d, dtype).values() if margin > 0 and not tie)
+    assert f"at {wins} of 28 points" in text
+
+    def span(dtype, keep, fmt):
+        m = [margin for cols, (margin, _, _) in results.fast_margins(d, dtype).items() if keep(cols)]
+        return f"{min(m):{fmt}}-{max(m):{fmt}} %"
+    assert f"fp32: by {span('float32', lambda c: c <= 32768, '.1f')} up to 32768 columns" in text
+    assert f"by {span('float32', lambda c: c > 32768, '.0f')} past it" in text
+    pow2 = lambda c: c & (c - 1) == 0 and c <= 16384  # noqa: E731
+    assert f"bf16: by {span('bfloat16', pow2, '.1f')} at the powers of two up to 16384" in text
+    assert f"by {span('bfloat16', lambda c: not pow2(c), '.0f')} at 1000, 3000 and from 32768 on" in text
+
+
+def test_docs_performance_quotes_the_committed_sweep():
+    """Every '% of copy' pair in docs/performance.md's table of today's sweep is in sweeps.txt."""
+    import re
+
+    from a07_softmax.paths import ROOT
+
+    doc = (ROOT / "docs" / "performance.md").read_text()
+    section = doc[doc.index("## Today's sweep against the table"):doc.index("## Short rows")]
+    measured = [float(v) for v in re.findall(r"^\s+([\d.]+) % of copy", (results.RESULTS / "nvidia-h200" /
+                                                                        "sweeps.txt").read_text(), re.M)]
+    quoted = [float(v) for row in section.splitlines() if row.startswith("| fp32") or row.startswith("| bf16")
+              for v in re.findall(r"(?<![\dx] )(\d+\.\d)(?= \()", row)]
+    assert len(quoted) >= 20
+    for v in quoted:
+        assert any(abs(v - m) < 0.05 for m in measured), f"{v} % is not in sweeps.txt"
+
+
+def test_notebook_09_reading_of_the_run_holds():
+    """Notebook 09 reads the committed run in words (95 % of copy or more everywhere, ahead of both
+    peers at every length, no tie); those words must stay true of bench.json."""
+    import json
+
+    from a07_softmax.paths import ROOT
+
+    cells = json.loads((ROOT / "notebooks" / "09_fast_softmax.ipynb").read_text())["cells"]
+    text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
+    assert "95 % of copy or more at every length in both dtypes" in text and "no margin is a tie" in text
+    d = results.load_bench("nvidia-h200")
+    for dtype in ("float32", "bfloat16"):
+        assert all(pct >= 95 for _, pct, _, _ in results.fast_scorecard(d, dtype).values()), dtype
+        assert all(m > 0 and not tie for m, _, tie in results.fast_margins(d, dtype).values()), dtype
