@@ -80,8 +80,3 @@ def parse_header(text: str) -> dict:
     """The source hashes recorded in a header() block."""
     return {m.group(2): m.group(1) for m in re.finditer(r"^# sha256 ([0-9a-f]{64})  (\S+)$", text, re.M)}
 
-
-if __name__ == "__main__":
-    import sys
-
-    print(header(" ".join(sys.argv[1:]) or "provenance"), end="")

@@ -20,3 +20,26 @@ def hipcc() -> str:
     if not path:
         pytest.skip("hipcc not found: apt-get install hipcc (Debian's HIP compiler) to compile the HIP sources")
     return path
+
+
+# Bad inputs every launcher must refuse before a launch: (what, the input, the error, and for each
+# launcher the words its message must contain; None where the case does not apply to it).
+BAD_INPUTS = [
+    ("host array", lambda: np.zeros((2, 3), np.float32), TypeError, {"native": "host memory", "fast": "host memory"}),
+    ("float64", lambda: FakeDeviceArray((2, 3), "float64"), TypeError, {"native": "float32 only", "fast": "float64"}),
+    ("float16 in a lab kernel", lambda: FakeDeviceArray((2, 3), "float16"), TypeError,
+     {"native": "float32 only", "fast": None}),
+    ("int32", lambda: FakeDeviceArray((2, 3), "int32"), TypeError, {"native": "float32 only", "fast": "int32"}),
+    ("1-D", lambda: FakeDeviceArray((6,)), ValueError, {"native": "2-D", "fast": "2-D"}),
+    ("no rows", lambda: FakeDeviceArray((0, 3)), ValueError, {"native": "at least one row", "fast": "rows, cols >= 1"}),
+    ("strided", lambda: FakeDeviceArray((2, 3), contiguous=False), ValueError,
+     {"native": "not C-contiguous", "fast": "not C-contiguous"}),
+    ("a list", lambda: [[1.0]], TypeError, {"native": "CuPy array or a torch tensor", "fast": "CuPy array or a torch tensor"}),
+    ("2^28 rows", lambda: FakeDeviceArray((2**28, 4)), ValueError, {"native": None, "fast": "too large"}),
+]
+
+
+def bad_inputs(launcher: str):
+    """pytest.param rows of BAD_INPUTS that apply to `launcher`."""
+    return [pytest.param(make, err, words[launcher], id=what) for what, make, err, words in BAD_INPUTS
+            if words[launcher] is not None]
