@@ -38,6 +38,7 @@ def _check(args) -> int:
     ok = True
     for n in numbers:
         path = check.find(n, args.solution)
+        print(f"checking exercise {n.zfill(2)} ({path.name}) ...", flush=True)
         ok &= check.report(n.zfill(2), path, check.run_check(n.zfill(2), path, timeout=args.timeout))
     return 0 if ok else 1
 
@@ -45,7 +46,7 @@ def _check(args) -> int:
 def _grade(args) -> int:
     from .grade import main as grade_main
 
-    return grade_main([str(args.folder)])
+    return grade_main([str(args.folder)], timeout=args.timeout)
 
 
 def _bench(args) -> int:
@@ -101,6 +102,7 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=_check)
     g = sub.add_parser("grade", help="check every learner's folder in DIR; writes DIR/grades.md and .csv")
     g.add_argument("folder", metavar="DIR")
+    g.add_argument("--timeout", type=int, default=TIMEOUT_S, help=f"seconds per submission (default {TIMEOUT_S})")
     g.set_defaults(fn=_grade)
     for name, fn, what in (("bench", _bench, "the benchmark on this GPU (a07 bench --help)"),
                            ("results", _results, "regenerate the committed GPU artefacts (a07 results --help)")):

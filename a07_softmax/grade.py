@@ -1,58 +1,183 @@
-"""a07 grade DIR (make grade DIR=submissions): run the exercise checker over every learner's folder.
+"""a07 grade DIR (make grade DIR=...): grade a folder of submissions.
 
-DIR holds one folder per learner, each with any of the exercise files under their usual names
-(01_safe_softmax.cu, 04_online_trace.py, ...). Every submission is checked in its own child process
-(the checker's worker), so one learner's hanging or crashing kernel cannot affect another's.
-Writes DIR/grades.md and DIR/grades.csv: learner, exercise, checks passed, first failure.
+The layout is DIR/<learner>/<NN_name.ext>, the exercise files under their usual names
+(01_safe_softmax.cu, 04_online_trace.py, ...). Everything else (files loose in DIR, nested folders,
+misnamed files, hidden folders such as .ipynb_checkpoints) is listed as "not graded", never dropped
+silently.
+
+Every file is read once, before anything runs, and each submission is then checked by the trusted
+checker (check.run_check with hidden=True): the learner's code runs in its own sandboxed child
+(sandbox.py) on the public inputs and on hidden ones drawn from a fresh random seed, and only
+returns arrays; the verdicts are computed here. Submissions run in parallel, one per core.
+
+Writes, into DIR:
+  grades.csv    learner,exercise,points,max_points,status,first_failure (one row per learner and
+                exercise; status: passed, failed (a TODO left open counts as failed), error, timeout,
+                incomplete (a check could not run on this machine), missing)
+  totals.csv    learner,points,max_points
+  grades.md     the same tables for reading, the not-graded files, and how the code was isolated
+  feedback/<learner>.txt   what `a07 check` would have shown the learner, hidden checks included
 """
 from __future__ import annotations
 
 import csv
+import io
+import os
+import re
 import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .check import EXERCISES, PASS, SKIP, run_check
+import numpy as np
+
+from . import check, sandbox
+
+OUTPUTS = {"grades.csv", "totals.csv", "grades.md", "feedback"}
 
 
-def grade(folder: Path):
+@dataclass
+class Row:
+    learner: str
+    exercise: str
+    points: int
+    max_points: int
+    status: str
+    first_failure: str = ""
+    feedback: str = field(default="", repr=False)
+
+
+def max_points(number: str) -> int:
+    """The most an exercise can score when graded (public and hidden checks): the same for every
+    submission, whatever it got to."""
+    if number == "03":
+        return len(check.MD_EXPECTED)
+    return sum(c.points for c in check.CASES[number](np.random.default_rng(0), True))
+
+
+def collect(folder: Path):
+    """(submissions {(learner, number): bytes}, not_graded [(path, why)], learners)."""
+    names = {name: number for number, name in check.EXERCISES.items()}
+    subs, skipped, learners = {}, [], []
+    for entry in sorted(folder.iterdir()):
+        rel = entry.name
+        if entry.name in OUTPUTS:
+            continue
+        if entry.name.startswith("."):
+            skipped.append((rel, "hidden file or folder (not a learner)"))
+            continue
+        if not entry.is_dir():
+            skipped.append((rel, "a file directly in DIR: each learner's files go in DIR/<learner>/"))
+            continue
+        learners.append(entry.name)
+        for f in sorted(entry.iterdir()):
+            frel = f"{entry.name}/{f.name}"
+            if f.name.startswith("."):
+                skipped.append((frel, "hidden file or folder"))
+            elif f.is_dir():
+                skipped.append((frel, "a nested folder: exercise files must sit directly in DIR/<learner>/"))
+            elif f.name in names:
+                subs[(entry.name, names[f.name])] = f.read_bytes()
+            elif (m := re.match(r"(\d\d)[_-]", f.name)) and m.group(1) in check.EXERCISES:
+                skipped.append((frel, f"misnamed: exercise {m.group(1)} must be called {check.EXERCISES[m.group(1)]}"))
+            else:
+                skipped.append((frel, "not an exercise file (expected one of " + ", ".join(check.EXERCISES.values()) + ")"))
+    return subs, skipped, learners
+
+
+def grade_one(learner: str, number: str, content: bytes, staging: Path, hide, timeout: float) -> Row:
+    folder = staging / f"{len(learner)}-{abs(hash((learner, number)))}"
+    folder.mkdir()
+    path = folder / check.EXERCISES[number]
+    path.write_bytes(content)
+    try:
+        results = check.run_check(number, path, timeout=timeout, hidden=True, hide=hide)
+    except Exception as e:  # the grader's own failure on one submission must not stop the others
+        return Row(learner, number, 0, max_points(number), "error", f"grader error: {type(e).__name__}: {e}")
+    got, most = check.points(results)
+    most = max(most, max_points(number))
+    first = next((f"{r.name}: {r.verdict}" + (f" ({r.detail.splitlines()[0][:160]})" if r.detail else "")
+                  for r in results if r.verdict != check.PASS), "")
+    text = io.StringIO()
+    check.report(number, Path(learner) / check.EXERCISES[number], results, file=text)
+    st = check.status(results)
+    return Row(learner, number, got, most, "failed" if st == "todo" else st, first, text.getvalue())
+
+
+def grade(folder: Path, timeout: float = check.TIMEOUT_S, workers: int | None = None):
+    subs, skipped, learners = collect(folder)
     rows = []
-    learners = sorted(p for p in folder.iterdir() if p.is_dir())
+    with tempfile.TemporaryDirectory(prefix="a07-grade-") as tmp:
+        staging = Path(tmp)
+        hide = [folder.resolve(), staging]
+        jobs = [(learner, number, content) for (learner, number), content in sorted(subs.items())]
+        with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2) as pool:
+            futures = [pool.submit(grade_one, learner, number, content, staging, hide, timeout)
+                       for learner, number, content in jobs]
+            for fut in futures:
+                row = fut.result()
+                rows.append(row)
+                print(f"{row.learner:<20} {row.exercise}  {row.points}/{row.max_points}  {row.status}", flush=True)
     for learner in learners:
-        for number, name in EXERCISES.items():
-            f = learner / name
-            if not f.exists():
-                continue
-            results = run_check(number, f)
-            counted = [r for r in results if r[1] != SKIP]
-            passed = sum(1 for r in counted if r[1] == PASS)
-            first = next((f"{n}: {v}" + (f" ({d.splitlines()[0][:120]})" if d else "") for n, v, d in counted
-                          if v != PASS), "")
-            rows.append((learner.name, number, f"{passed}/{len(counted)}", first))
-            print(f"{learner.name:<20} {number}  {passed}/{len(counted)}  {first}", flush=True)
-    return rows
+        for number in check.EXERCISES:
+            if (learner, number) not in subs:
+                rows.append(Row(learner, number, 0, max_points(number), "missing", "no file"))
+    rows.sort(key=lambda r: (r.learner, r.exercise))
+    return rows, skipped
 
 
-def main(argv=None) -> int:
+def write(folder: Path, rows, skipped, sandboxed: bool):
+    with open(folder / "grades.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["learner", "exercise", "points", "max_points", "status", "first_failure"])
+        for r in rows:
+            w.writerow([r.learner, r.exercise, r.points, r.max_points, r.status, r.first_failure])
+    totals = {}
+    for r in rows:
+        p, m = totals.get(r.learner, (0, 0))
+        totals[r.learner] = (p + r.points, m + r.max_points)
+    with open(folder / "totals.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["learner", "points", "max_points"])
+        for learner, (p, m) in sorted(totals.items()):
+            w.writerow([learner, p, m])
+    fb = folder / "feedback"
+    fb.mkdir(exist_ok=True)
+    for learner in totals:
+        (fb / f"{learner}.txt").write_text("\n".join(r.feedback or f"Exercise {r.exercise}: {r.status}"
+                                                      for r in rows if r.learner == learner))
+
+    def cell(s):
+        return str(s).replace("|", "\\|").replace("\n", " ")
+    md = ["# Grades", "",
+          "Isolation: " + ("each submission ran in a bubblewrap sandbox (read-only file system except its own "
+                           "folder, solutions/ and this folder hidden, no network)" if sandboxed else
+                           "**bubblewrap is not available here**: each submission ran in its own process and "
+                           "folder with time and resource limits, but could read and write what your user can "
+                           "(install bubblewrap on Linux for full isolation)"), "",
+          "| learner | exercise | points | status | first failure |", "|---|---|---|---|---|"]
+    md += [f"| {cell(r.learner)} | {r.exercise} | {r.points}/{r.max_points} | {r.status} | {cell(r.first_failure)} |"
+           for r in rows]
+    md += ["", "## Totals", "", "| learner | points |", "|---|---|"]
+    md += [f"| {cell(learner)} | {p}/{m} |" for learner, (p, m) in sorted(totals.items())]
+    md += ["", "## Not graded", ""]
+    md += (["| path | why |", "|---|---|"] + [f"| {cell(p)} | {cell(why)} |" for p, why in skipped]) if skipped \
+        else ["(nothing: every file in the folder was graded)"]
+    (folder / "grades.md").write_text("\n".join(md) + "\n")
+
+
+def main(argv=None, timeout: float = check.TIMEOUT_S) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         print("usage: a07 grade DIR", file=sys.stderr)
         return 2
     folder = Path(argv[0])
     if not folder.is_dir():
-        print(f"make grade: {folder} is not a folder (DIR=<folder with one sub-folder per learner>)", file=sys.stderr)
+        print(f"a07 grade: {folder} is not a folder (DIR=<folder with one sub-folder per learner>)", file=sys.stderr)
         return 2
-    rows = grade(folder)
-    with open(folder / "grades.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["learner", "exercise", "checks passed", "first failure"])
-        w.writerows(rows)
-    with open(folder / "grades.md", "w") as fh:
-        fh.write("| learner | exercise | checks passed | first failure |\n|---|---|---|---|\n")
-        for r in rows:
-            fh.write("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |\n")
-    print(f"wrote {folder / 'grades.md'} and {folder / 'grades.csv'} ({len(rows)} submissions)")
+    rows, skipped = grade(folder, timeout=timeout)
+    write(folder, rows, skipped, sandbox.bwrap_works())
+    print(f"wrote {folder / 'grades.md'}, grades.csv, totals.csv and feedback/ ({len(rows)} rows, "
+          f"{len(skipped)} not graded)")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

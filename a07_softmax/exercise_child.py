@@ -1,0 +1,142 @@
+"""The untrusted side of the exercise checker: run a learner's functions on given inputs and save
+what they return. Copied into a sandbox folder and run there as a script (`python -I`), it imports
+nothing of the course: it reads request.json and inputs.npz, writes outputs/<id>.npy, one line per
+call to results.jsonl (what happened, never whether it was right) and the call in progress to
+progress.txt. The trusted parent (a07_softmax/check.py) judges the outputs against its own float64
+references; whatever this process prints or writes elsewhere changes no verdict.
+"""
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def where(exc, module_file):
+    """file:line of the innermost frame in the learner's file, else the innermost frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if os.path.basename(f.filename) == os.path.basename(module_file)]
+    f = (mine or frames or [None])[-1]
+    return f"{os.path.basename(f.filename)}:{f.lineno}" if f else ""
+
+
+def is_not_implemented(exc):
+    while exc is not None:
+        if isinstance(exc, NotImplementedError) or "NotImplementedError" in repr(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def main(request_path):
+    box = os.path.dirname(os.path.abspath(request_path))
+    req = json.load(open(request_path))
+    if req.get("interpret"):
+        os.environ["TRITON_INTERPRET"] = "1"
+    import numpy as np
+
+    inputs = dict(np.load(os.path.join(box, "inputs.npz"), allow_pickle=False)) if req.get("calls") else {}
+    progress = open(os.path.join(box, "progress.txt"), "a", buffering=1)
+    results = open(os.path.join(box, "results.jsonl"), "a", buffering=1)
+
+    def report(**item):
+        results.write(json.dumps(item) + "\n")
+
+    torch = None
+    if req.get("torch"):
+        import torch
+    device = req.get("device") or "cpu"
+
+    def arg(spec):
+        if not isinstance(spec, dict) or "array" not in spec:
+            return spec
+        a = inputs[spec["array"]]
+        kind = spec.get("as", "numpy")
+        if kind == "list":
+            return a.tolist()
+        if kind == "torch":
+            t = torch.from_numpy(a.copy())
+            if spec.get("dtype"):
+                t = t.to(getattr(torch, spec["dtype"]))
+            return t.to(device)
+        if kind == "cupy":
+            import cupy
+            return cupy.asarray(a)
+        return a.copy()
+
+    def save(call_id, value):
+        if torch is not None and isinstance(value, torch.Tensor):
+            dtype = str(value.dtype).replace("torch.", "")
+            value = value.detach().cpu()
+            value = value.float() if dtype in ("bfloat16", "float16") else value
+            arr = value.numpy()
+        else:
+            dtype = None
+            if type(value).__module__.startswith("cupy"):
+                value = value.get()
+            arr = np.asarray(value)
+            if arr.dtype == object:
+                arr = np.asarray(value, dtype=np.float64)
+        np.save(os.path.join(box, "outputs", f"{call_id}.npy"), arr, allow_pickle=False)
+        return dtype or str(arr.dtype)
+
+    if req["kind"] == "python":
+        module_file = os.path.join(box, req["module"])
+        progress.write("import\n")
+        try:
+            import importlib.util
+            spec = importlib.util.spec_from_file_location("submission", module_file)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules["submission"] = mod
+            spec.loader.exec_module(mod)
+        except BaseException as e:  # noqa: BLE001 - the learner's import can raise anything
+            report(id="import", error=f"{type(e).__name__}: {e}"[-600:], where=where(e, module_file),
+                   not_implemented=is_not_implemented(e))
+            return 0
+        for call in req["calls"]:
+            progress.write(call["id"] + "\n")
+            start = time.monotonic()
+            try:
+                fn = getattr(mod, call["fn"])
+                value = fn(*[arg(a) for a in call.get("args", [])], **{k: arg(v) for k, v in call.get("kwargs", {}).items()})
+                if call.get("convert") == "stats" and isinstance(value, dict):
+                    value = [value.get("online"), value.get("no_rescale")]
+                dtype = save(call["id"], value)
+                report(id=call["id"], ok=True, dtype=dtype, seconds=round(time.monotonic() - start, 3))
+            except BaseException as e:  # noqa: BLE001
+                report(id=call["id"], error=f"{type(e).__name__}: {e}"[-600:], where=where(e, module_file),
+                       not_implemented=is_not_implemented(e))
+    else:  # a CUDA/HIP drill: compile the learner's source, launch each call's kernel
+        import cupy
+        progress.write("compile\n")
+        try:
+            src = open(os.path.join(box, req["source"])).read()
+            mod = cupy.RawModule(code=src, options=tuple(req["options"]))
+        except BaseException as e:  # noqa: BLE001
+            report(id="compile", error=f"{type(e).__name__}: {e}"[-1500:])
+            return 0
+        for call in req["calls"]:
+            progress.write(call["id"] + "\n")
+            try:
+                args = []
+                for a in call["args"]:
+                    if isinstance(a, dict) and "out" in a:
+                        args.append(cupy.full(tuple(a["out"]), cupy.nan, dtype=cupy.float32))  # poisoned
+                    elif isinstance(a, dict) and "int32" in a:
+                        args.append(np.int32(a["int32"]))
+                    elif isinstance(a, dict) and "float32" in a:
+                        args.append(np.float32(a["float32"]))
+                    else:
+                        args.append(arg(a))
+                mod.get_function(call["kernel"])(tuple(call["grid"]), tuple(call["block"]), tuple(args))
+                cupy.cuda.runtime.deviceSynchronize()
+                dtype = save(call["id"], args[call["out_index"]])
+                report(id=call["id"], ok=True, dtype=dtype)
+            except BaseException as e:  # noqa: BLE001
+                report(id=call["id"], error=f"{type(e).__name__}: {e}"[-600:])
+    progress.write("done\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

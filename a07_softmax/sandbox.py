@@ -1,0 +1,167 @@
+"""Running a learner's code where it cannot reach the judge.
+
+The checker and the grader never run a submission in their own process. Each run gets a fresh
+temporary folder (the "box") holding only what it needs: a copy of the submission, the course
+headers a CUDA drill includes, the inputs, and the child runner (exercise_child.py). The child
+computes outputs and writes them as .npy files into the box; the trusted parent reads them and
+judges. Nothing the child prints is a verdict.
+
+Limits on every run: a wall-clock timeout after which the child's whole process group is killed,
+CPU time, file sizes and open files (and, where no GPU is used, address space). Output goes to files
+in the box, never to a pipe, so a child that leaves a process behind holding its output cannot make
+the parent wait.
+
+Where bubblewrap (`bwrap`, Linux; `apt-get install bubblewrap`) works, the child also runs in its
+own mount, PID and network namespaces: the whole file system read-only except the box, the course's
+solutions/ and the folder being graded hidden behind empty tmpfs mounts, no network, and every
+process it started gone when it ends. Without bubblewrap (macOS, Windows, containers that forbid
+namespaces) the limits above still hold, but the child runs as the same user with the same view of
+the disk: `a07 grade` says so in its report. A07_SANDBOX=none switches bubblewrap off.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .paths import ROOT
+
+CHILD = Path(__file__).resolve().parent / "exercise_child.py"
+MAX_FILE_BYTES = 256 << 20
+CPU_SECONDS_SLACK = 5
+
+
+def bwrap_works() -> bool:
+    """bubblewrap is installed and can create the namespaces here (checked once per process)."""
+    global _BWRAP
+    if _BWRAP is None:
+        exe = shutil.which("bwrap")
+        ok = False
+        if exe and os.environ.get("A07_SANDBOX", "") != "none":
+            try:
+                ok = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent",
+                                     "true"], capture_output=True, timeout=20).returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                ok = False
+        _BWRAP = ok
+    return _BWRAP
+
+
+_BWRAP: bool | None = None
+
+
+@dataclass
+class ChildRun:
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    stdout: str
+    stderr: str
+    running: str                         # the call the child had started last (progress file)
+    results: list = field(default_factory=list)   # the child's own report per call (never a verdict)
+    sandboxed: bool = False
+
+
+def new_box(prefix: str = "a07-box-") -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def _limits(cpu_seconds: int, memory_bytes: int | None):
+    def apply():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+        if memory_bytes:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    return apply
+
+
+def run_child(box: Path, request: dict, timeout: float, *, gpu: bool, hide=(), memory_bytes: int | None = 4 << 30,
+              env_extra: dict | None = None) -> ChildRun:
+    """Run exercise_child.py in `box` on `request` (written to box/request.json)."""
+    shutil.copy(CHILD, box / "exercise_child.py")
+    (box / "request.json").write_text(json.dumps(request))
+    out_dir = box / "outputs"
+    out_dir.mkdir(exist_ok=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(box), "TMPDIR": str(box),
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg",
+           "TRITON_CACHE_DIR": str(box / ".triton"), "CUPY_CACHE_DIR": str(box / ".cupy"), "A07_BOX": str(box)}
+    for key in ("CUDA_VISIBLE_DEVICES", "CUDA_PATH", "LD_LIBRARY_PATH", "HIP_PLATFORM", "ROCM_PATH"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    env.update(env_extra or {})
+    cmd = [sys.executable, "-I", "-B", str(box / "exercise_child.py"), str(box / "request.json")]
+    sandboxed = bwrap_works()
+    if sandboxed:
+        wrap = ["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+                "--tmpfs", "/tmp", "--bind", str(box), str(box), "--unshare-net", "--unshare-pid", "--unshare-ipc",
+                "--die-with-parent", "--new-session", "--chdir", str(box)]
+        for path in [ROOT / "solutions", *hide]:
+            if Path(path).exists() and not str(box).startswith(str(path)):
+                wrap += ["--tmpfs", str(path)]
+        cmd = wrap + cmd
+    limits = _limits(int(timeout) + CPU_SECONDS_SLACK, None if gpu else memory_bytes)
+    start = time.monotonic()
+    with open(box / "stdout.txt", "wb") as out, open(box / "stderr.txt", "wb") as err:
+        proc = subprocess.Popen(cmd, cwd=box, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True, preexec_fn=limits)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            # the whole process group: whatever the child started goes with it
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+            _reap(box)
+    seconds = time.monotonic() - start
+
+    def tail(name, n=4000):
+        p = box / name
+        return p.read_bytes()[-n:].decode(errors="replace") if p.exists() else ""
+
+    results = []
+    for line in tail("results.jsonl", 1 << 20).splitlines():
+        try:
+            item = json.loads(line)
+            if isinstance(item, dict):
+                results.append(item)
+        except json.JSONDecodeError:
+            continue
+    running = tail("progress.txt", 400).strip().splitlines()
+    return ChildRun(None if timed_out else proc.returncode, timed_out, seconds, tail("stdout.txt"), tail("stderr.txt"),
+                    running[-1] if running else "", results, sandboxed)
+
+
+def _reap(box: Path) -> None:
+    """Kill what escaped the process group (a child that called setsid): every process whose
+    environment still names this box. With bubblewrap the PID namespace already took them."""
+    marker = f"A07_BOX={box}".encode()
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+def remove_box(box: Path) -> None:
+    shutil.rmtree(box, ignore_errors=True)
