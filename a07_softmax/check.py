@@ -369,8 +369,9 @@ def _includes_allowed(text: str):
     return None
 
 
-def _compile_checks(number: str, text: str, path: Path):
-    """Parent-side (no learner code runs): NVRTC and hipcc compiles of the drill."""
+def _compile_checks(number: str, text: str, path: Path, hip: bool = True):
+    """Parent-side (no learner code runs): NVRTC and (for a learner's own check) hipcc compiles of
+    the drill. The grader skips hipcc: it scores nothing and is the slowest step of a submission."""
     from . import native
 
     results = []
@@ -386,14 +387,14 @@ def _compile_checks(number: str, text: str, path: Path):
             results.append(Result("compiles for sm_90 (NVRTC)", PASS if res.ok else ERROR, detail, 0, 0))
         except RuntimeError as e:
             results.append(Result("compiles for sm_90 (NVRTC)", SKIP, str(e), 0, 0))
-        hipcc = shutil.which("hipcc")
+        hipcc = shutil.which("hipcc") if hip else None
         if hipcc:
             p = subprocess.run([hipcc, "-x", "hip", "-O2", "-std=c++17", f"-I{tmp}", "--offload-arch=gfx90a", "-c",
                                 str(src), "-o", str(Path(tmp) / "k.o")], capture_output=True, text=True,
                                env=dict(os.environ, HIP_PLATFORM="amd"), timeout=300)
             results.append(Result("compiles for gfx90a (hipcc)", PASS if p.returncode == 0 else ERROR,
                                   p.stderr[-1500:] if p.returncode else "", 0, 0))
-        else:
+        elif hip:
             results.append(Result("compiles for gfx90a (hipcc)", SKIP, "hipcc not found (apt-get install hipcc)", 0, 0))
     return results
 
@@ -484,7 +485,7 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
                 err = f"#include \"{bad_include}\": a drill may include only the course headers ({', '.join(sorted(ALLOWED_INCLUDES))})"
                 return [Result("includes", ERROR, err, 0, 0)] + [
                     Result(c.name, ERROR, "not compiled: see includes", 0, c.points, c.hidden) for c in cases]
-            results += _compile_checks(number, text, Path(path))
+            results += _compile_checks(number, text, Path(path), hip=not hidden)
             results.append(Result("every TODO filled in", TODO if todo else PASS,
                                   f"'{TODO_CU}' at line {', '.join(map(str, todo))}" if todo else "", 0, 0))
             if any(r.verdict == ERROR for r in results):
@@ -578,7 +579,7 @@ def status(results) -> str:
         return "failed"
     if TODO in verdicts:
         return "todo"
-    if SKIP in verdicts:
+    if any(r.verdict == SKIP and r.max_points for r in results):  # a scored check did not run
         return "incomplete"
     return "passed"
 

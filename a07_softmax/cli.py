@@ -68,17 +68,9 @@ def _notebooks(args) -> int:
 
 
 def _slides(args) -> int:
-    import subprocess
+    from .slides import build
 
-    from .paths import ROOT
-
-    args.out.mkdir(parents=True, exist_ok=True)
-    nbs = sorted(str(p) for p in (ROOT / "notebooks").glob("*.ipynb"))
-    rc = subprocess.call([sys.executable, "-m", "jupyter", "nbconvert", "--to", "slides", "--output-dir",
-                          str(args.out), *nbs])
-    if rc == 0:
-        print(f"open {args.out}/<notebook>.slides.html in a browser")
-    return rc
+    return build(args.out)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -52,6 +52,9 @@ def test_wheel_installs_outside_the_checkout_and_runs_a_lab(tmp_path):
         assert any(n.startswith(f"a07_softmax/_data/{d}/") for n in names), f"{d}/ is not in the wheel"
     assert "a07_softmax/_data/common/course_constants.h" in names
     assert "a07_softmax/_data/results/nvidia-h200/bench.json" in names
+    assert "a07_softmax/slides/a07_reveal/index.html.j2" in names
+    assert "a07_softmax/slides/assets/reveal.js/dist/reveal.js" in names
+    assert "a07_softmax/slides/assets/katex/fonts/KaTeX_Main-Regular.woff2" in names
     assert not any("/bin/" in n and n.startswith("a07_softmax/_data/cuda") for n in names)
 
     py = _fresh_venv(tmp_path / "env")
