@@ -207,10 +207,29 @@ def cases_04(rng, hidden: bool):
     cases.append(Case("online_no_rescale: the trace of [1, 2, -3, 12, 11, 4] without the rescale",
                       {"fn": "online_no_rescale", "args": [_arr("r0", **{"as": "list"})]},
                       lambda got: mismatch(got, no_rescale(fixed), "float64"), {"r0": np.array(fixed)}))
-    seed = int(rng.integers(1 << 30)) if hidden else 3
-    cases.append(Case(f"error_stats over 1000 rows (seed {seed if not hidden else 'hidden'})",
-                      {"fn": "error_stats", "args": [1000], "kwargs": {"seed": seed}, "convert": "stats"},
-                      judge_stats, hidden=hidden))
+    seeds = [int(v) for v in rng.integers(1 << 30, size=2)] if hidden else [3, 4]
+
+    def judge_two_stats(got):
+        got = np.asarray(got, dtype=np.float64)
+        if got.shape != (2, 2, 2):
+            return "error_stats must return {'online': (max_abs, max_rel), 'no_rescale': (max_abs, max_rel)}"
+        bad = judge_stats(got[0]) or judge_stats(got[1])
+        if bad:
+            return bad
+        if np.array_equal(got[0], got[1]):
+            return "the same numbers for two different seeds: error_stats must measure the rows it draws"
+        return None
+    cases.append(Case(f"error_stats over 300 rows, two seeds ({'hidden' if hidden else ', '.join(map(str, seeds))})",
+                      {"fn": "error_stats", "args": [300], "repeat": [{"seed": s} for s in seeds], "convert": "stats"},
+                      judge_two_stats, hidden=hidden))
+    # two million elements: NumPy array operations take a few tens of ms, a Python loop seconds
+    n = 2_000_000
+    long_row = rng.normal(0, 3, n)
+    m = np.maximum.accumulate(long_row)
+    s = np.cumsum(np.exp(long_row - long_row.max())) * np.exp(long_row.max() - m)
+    cases.append(Case("online_vectorized on 2,000,000 elements (array operations, no loop over the elements)",
+                      {"fn": "online_vectorized", "args": [_arr("long", **{"as": "numpy"})], "max_seconds": 1.0},
+                      lambda got, ref=np.vstack([m, s]): mismatch(got, ref, "float64"), {"long": long_row}))
     return cases
 
 
@@ -329,7 +348,7 @@ def cases_cuda(number: str, rng, hidden: bool):
     if hidden:
         seqs.append((int(rng.integers(2, 700)), True, True))
     for k, (seq, causal, padded) in enumerate(seqs):
-        rows = 3 * seq
+        rows = min(3 * seq, 160)  # the first query rows of each shape: enough for every mask, quick on a CPU
         hx = rng.normal(0, 10, size=(rows, seq)).astype(np.float32)
         lens = rng.integers(1, seq + 1, size=rows).astype(np.int32)
         lens[min(1, rows - 1)] = 0                       # a fully-masked row
@@ -359,13 +378,14 @@ def _todo_lines(text: str, marker: str):
 
 
 def _includes_allowed(text: str):
-    """None, or the first #include that is not one of the course headers (a solution file, say)."""
+    """None, or the first #include that is not one of the course headers by its literal name (a
+    solution file, a path, or a macro that expands to one)."""
     for line in text.splitlines():
-        m = re.match(r'\s*#\s*include\s*[<"]([^>"]+)[>"]', line)
-        if m and os.path.basename(m.group(1)) not in ALLOWED_INCLUDES | {"cstdint", "cmath", "climits", "cfloat"}:
-            return m.group(1)
-        if m and m.group(1) != os.path.basename(m.group(1)):
-            return m.group(1)
+        if not re.match(r"\s*#\s*include", line):
+            continue
+        m = re.match(r'\s*#\s*include\s*"([^"/\\]+)"\s*(//.*)?$', line)
+        if not m or m.group(1) not in ALLOWED_INCLUDES:
+            return line.strip()[len("#include"):].strip() if m is None else m.group(1)
     return None
 
 
@@ -436,6 +456,11 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
                 out.append(Result(case.name, FAIL, f"{rep.get('error', '')} ({rep.get('where', '')})".replace(" ()", ""),
                                   0, case.points, case.hidden))
             continue
+        if case.call.get("max_seconds") and rep.get("seconds", 0) > case.call["max_seconds"]:
+            out.append(Result(case.name, FAIL, f"took {rep['seconds']:.1f} s (array operations take well under "
+                              f"{case.call['max_seconds']:.0f} s): a Python loop over the elements?", 0, case.points,
+                              case.hidden))
+            continue
         try:
             got = np.load(npy, allow_pickle=False)
             if got.dtype.kind not in "fiub":
@@ -454,6 +479,68 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
     return out
 
 
+def _cpu_arguments(case):
+    """(kinds, values) of a drill case for cpu_target: the case's arguments in kernel order."""
+    kinds, values = [], []
+    for a in case.call["args"]:
+        if "array" in a:
+            arr = case.inputs[a["array"]]
+            kinds.append(("in", "int32" if arr.dtype.kind == "i" else "float32"))
+            values.append(arr)
+        elif "out" in a:
+            kinds.append(("out", None))
+            values.append(a["out"])
+        elif "int32" in a:
+            kinds.append(("i32", None))
+            values.append(a["int32"])
+        else:
+            kinds.append(("f32", None))
+            values.append(a["float32"])
+    return kinds, values
+
+
+def _run_on_cpu(number: str, text: str, path: Path, cases, box: Path, timeout: float, hide, todo):
+    """No GPU: the drill compiled for the CPU target (cpu_target.h) here, in the parent, and run
+    by the sandboxed child. Public cases with 32-lane warps; hidden ones with 64 (AMD's width)."""
+    from . import cpu_target, sandbox
+
+    if cpu_target.compiler() is None:
+        why = ("no GPU and no C++ compiler here: the kernel compiled for sm_90 only; install g++ for the CPU "
+               f"target, or run `a07 check {number}` on a GPU machine")
+        return [Result(c.name, SKIP, why, 0, c.points, c.hidden) for c in cases]
+    src = box / path.name
+    src.write_text(text)
+    kernel = cases[0].call["kernel"]
+    results, exes = [], {}
+    for warp in sorted({64 if c.hidden else 32 for c in cases}):
+        sub = box / f"w{warp}"
+        sub.mkdir()
+        shutil.copy(src, sub / path.name)
+        for h in ALLOWED_INCLUDES:
+            shutil.copy(ROOT / "common" / h, sub / h)
+        kinds = _cpu_arguments(cases[0])[0]
+        try:
+            exes[warp] = cpu_target.build(sub / path.name, kernel, kinds, sub, warp=warp)
+        except cpu_target.CpuTargetError as e:
+            results.append(Result(f"compiles for the CPU target (warpSize {warp})", ERROR, str(e)[-1500:], 0, 0))
+            return results + [Result(c.name, ERROR, "does not compile for the CPU target (above)", 0, c.points, c.hidden)
+                              for c in cases]
+    results.append(Result("runs on the CPU target (no GPU here: correctness only)", PASS,
+                          "each block's threads run concurrently on the CPU; " + ", ".join(f"warpSize {w}" for w in exes), 0, 0))
+    calls = []
+    for i, case in enumerate(cases):
+        kinds, values = _cpu_arguments(case)
+        work = box / f"c{i}"
+        work.mkdir()
+        rows = next(v for (k, _), v in zip(kinds, values) if k == "i32")
+        cmd, outs = cpu_target.argv(exes[64 if case.hidden else 32], max(1, min(int(rows), 3)), BLOCK, kinds, values, work)
+        calls.append({"id": f"c{i}", "argv": cmd, "out": str(outs[0][1]), "shape": list(outs[0][2]),
+                      "kernel": case.call["kernel"]})
+    run = sandbox.run_child(box, {"kind": "cpu", "calls": calls}, timeout, gpu=False, hide=hide)
+    run.box, run.timeout = box, timeout
+    return results + _judge(cases, run, bool(todo), ", ".join(map(str, todo)))
+
+
 def _stage(cases, box: Path):
     arrays, calls = {}, []
     for i, case in enumerate(cases):
@@ -463,9 +550,12 @@ def _stage(cases, box: Path):
     return calls
 
 
-def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool = False, hide=(), seed=None):
+def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool = False, hide=(), seed=None,
+              hip: bool | None = None):
     """[Result] for one exercise file. hidden=True (the grader) adds checks on inputs drawn from a
-    fresh random seed that the submission cannot predict."""
+    fresh random seed that the submission cannot predict. hip: also compile a drill with hipcc
+    (default: for a learner's own check, not when grading)."""
+    hip = (not hidden) if hip is None else hip
     from . import sandbox
     from .backend import detect
 
@@ -485,15 +575,13 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
                 err = f"#include \"{bad_include}\": a drill may include only the course headers ({', '.join(sorted(ALLOWED_INCLUDES))})"
                 return [Result("includes", ERROR, err, 0, 0)] + [
                     Result(c.name, ERROR, "not compiled: see includes", 0, c.points, c.hidden) for c in cases]
-            results += _compile_checks(number, text, Path(path), hip=not hidden)
+            results += _compile_checks(number, text, Path(path), hip=hip)
             results.append(Result("every TODO filled in", TODO if todo else PASS,
                                   f"'{TODO_CU}' at line {', '.join(map(str, todo))}" if todo else "", 0, 0))
             if any(r.verdict == ERROR for r in results):
                 return results + [Result(c.name, ERROR, "does not compile (above)", 0, c.points, c.hidden) for c in cases]
             if not detect().native:
-                why = ("needs an NVIDIA or AMD GPU with CuPy: run `a07 check " + number + "` there "
-                       "(this machine compiled the kernel only)")
-                return results + [Result(c.name, SKIP, why, 0, c.points, c.hidden) for c in cases]
+                return results + _run_on_cpu(number, text, Path(path), cases, box, timeout, hide, todo)
             (box / "submission.cu").write_text(text)
             (box / "include").mkdir()
             for h in ALLOWED_INCLUDES:
@@ -521,27 +609,57 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
         sandbox.remove_box(box)
 
 
-MD_EXPECTED = {
-    "s_after_12": 1.0 + (np.exp(-11) + np.exp(-10) + np.exp(-15)),
-    "rescale_factor": float(np.exp(-10.0)),
-    "merged_sum": 1.8 * float(np.exp(-2.0)) + 1.3,
-    "bytes_3pass": 4 * 4096 * 8192 * 4,
-    "bytes_1pass": 2 * 4096 * 8192 * 4,
+E = float(np.e)
+# key -> (expected, how close is close enough, [(a wrong value learners give, the hint it earns)])
+MD_ANSWERS = {
+    # after [1, 2, -3, 12]: the first three terms shrink by e^(2-12) but do not vanish
+    "s_after_12": (1.0 + (np.exp(-11) + np.exp(-10) + np.exp(-15)), 5e-6,
+                   [(1.0, "the first three terms do not vanish when the max jumps to 12: they are rescaled by "
+                          "e^(m_old - 12), small but not zero (keep 5 or more decimals)"),
+                    (1.0 + np.exp(-2) + np.exp(-1) + np.exp(-6), "that is the sum against the old max 2: rescale "
+                                                                 "it to the new max 12")]),
+    "rescale_factor": (float(np.exp(-10.0)), 0.02 * float(np.exp(-10.0)),
+                       [(float(np.exp(10.0)), "inverted: when the max grows the old sum shrinks, by e^(m_old - m_new)"),
+                        (-10.0, "that is the exponent; the factor is e to that power")]),
+    "merged_sum": (1.8 * float(np.exp(-2.0)) + 1.3, 0.005,
+                   [(3.1, "the two sums were added as they are: first move both onto the common max (12)"),
+                    (1.8 + 1.3 * float(np.exp(-2.0)), "the block with the smaller max (10) is the one to rescale")]),
+    "bytes_3pass": (4 * 4096 * 8192 * 4, 0.005 * 4 * 4096 * 8192 * 4,
+                    [(4 * 4096 * 8192, "bytes, not elements: an fp32 value is 4 bytes"),
+                     (3 * 4096 * 8192 * 4, "the 3-pass kernel reads three times and writes once: 4 traversals")]),
+    "bytes_1pass": (2 * 4096 * 8192 * 4, 0.005 * 2 * 4096 * 8192 * 4,
+                    [(2 * 4096 * 8192, "bytes, not elements: an fp32 value is 4 bytes"),
+                     (4096 * 8192 * 4, "one read and one write: 2 traversals")]),
+}
+MD_EXPECTED = {k: v[0] for k, v in MD_ANSWERS.items()}
+# what a derivation must state, in any of the usual notations (checked leniently: the words are the
+# learner's; the key expressions must be there)
+MD_DERIVATIONS = {
+    "1. Derive the update": ("the update: m' = max(m, x) and the old sum rescaled by exp(m - m')",
+                             [r"max", r"(exp|e\^|e\*\*|ℯ)"]),
+    "2. Prove it equals the 3-pass result": ("the induction: an invariant that holds after every element",
+                                            [r"(induct|invariant|assume|suppose|holds)", r"max"]),
 }
 
 
+def _section(text: str, title: str) -> str:
+    m = re.search(rf"## {re.escape(title)}\n(.*?)(?=\n## |\Z)", text, re.S)
+    return m.group(1) if m else ""
+
+
 def check_markdown(text: str):
-    """Exercise 03 is data, read here; no learner code runs."""
+    """Exercise 03 is data, read here; no learner code runs. A wrong number earns a hint, never the
+    answer; sensible rounding passes."""
     block = re.search(r"```answers\n(.*?)```", text, re.S)
     if not block:
         return [Result("answers block present", ERROR, "no ```answers block found: do not delete it", 0,
-                       len(MD_EXPECTED))]
+                       len(MD_ANSWERS))]
     answers, results = {}, []
     for line in block.group(1).splitlines():
         m = re.match(r"^\s*(\w+)\s*=\s*(.*?)\s*$", re.sub(r"<!--.*?-->", "", line))
         if m:
             answers[m.group(1)] = m.group(2)
-    for key, expected in MD_EXPECTED.items():
+    for key, (expected, close, wrongs) in MD_ANSWERS.items():
         raw = answers.get(key)
         if raw is None:
             results.append(Result(key, ERROR, f"'{key} = ...' line missing from the answers block"))
@@ -550,16 +668,29 @@ def check_markdown(text: str):
             results.append(Result(key, TODO, "still '?'"))
             continue
         try:
-            val = float(raw.replace(",", "").replace("_", ""))
+            val = float(raw.replace(",", "").replace("_", "").replace("×10^", "e").replace("x10^", "e"))
         except ValueError:
-            results.append(Result(key, FAIL, f"'{raw}' is not a number"))
+            results.append(Result(key, FAIL, f"'{raw}' is not a number (write e.g. 4.5e-5)"))
             continue
-        ok = abs(val - expected) <= 2e-3 * abs(expected)
-        results.append(Result(key, PASS if ok else FAIL, "" if ok else f"got {val:.6g}, expected {expected:.6g} (within 0.2 %)",
-                              1 if ok else 0))
+        if abs(val - expected) <= close:
+            results.append(Result(key, PASS, "", 1))
+            continue
+        hint = next((h for w, h in wrongs if abs(val - w) <= max(close, 1e-9 * abs(w))), None)
+        if hint is None:
+            side = "too large" if val > expected else "too small"
+            hint = f"{raw} is {side}; recompute it step by step (the notebook 03 trace shows the method)"
+        results.append(Result(key, FAIL, hint))
     open_prose = text.count(TODO_MD)
-    results.append(Result("derivations written", TODO if open_prose else PASS,
-                          f"{open_prose} section(s) still read {TODO_MD}" if open_prose else "", 0, 0))
+    for title, (what, patterns) in MD_DERIVATIONS.items():
+        body = _section(text, title)
+        if TODO_MD in body or not body.strip():
+            results.append(Result(f"derivation {title[:2].strip('.')}: {what}", TODO,
+                                  f"section '{title}' still reads {TODO_MD}"))
+        else:
+            missing = [p for p in patterns if not re.search(p, body, re.I)]
+            results.append(Result(f"derivation {title[:2].strip('.')}: {what}", FAIL if missing else PASS,
+                                  f"section '{title}' does not state {what}" if missing else "", 0 if missing else 1))
+    del open_prose
     return results
 
 

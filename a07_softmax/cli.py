@@ -22,9 +22,14 @@ def _doctor(args) -> int:
 
 
 def _run(args) -> int:
+    from . import backend, cpu_labs, cpu_target
     from .labs import run_all
 
-    return run_all(args.lab)
+    status = run_all(args.lab)
+    if args.lab in ("all", "native") and not backend.detect().native and cpu_target.compiler():
+        print("\n== Lab 1 and Lab 2 on the CPU target (the same CUDA sources, run on this CPU; correctness only)")
+        status |= 0 if cpu_labs.run() else 1
+    return status
 
 
 def _check(args) -> int:

@@ -69,8 +69,19 @@ class ChildRun:
     sandboxed: bool = False
 
 
-def new_box(prefix: str = "a07-box-") -> Path:
-    return Path(tempfile.mkdtemp(prefix=prefix))
+_BOXES: Path | None = None
+
+
+def boxes_root() -> Path:
+    """One folder per process that holds every box; a sandboxed child sees only its own box in it."""
+    global _BOXES
+    if _BOXES is None or not _BOXES.is_dir():
+        _BOXES = Path(tempfile.mkdtemp(prefix="a07-boxes-"))
+    return _BOXES
+
+
+def new_box(prefix: str = "box-") -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=boxes_root()))
 
 
 def _limits(cpu_seconds: int, memory_bytes: int | None):
@@ -102,12 +113,15 @@ def run_child(box: Path, request: dict, timeout: float, *, gpu: bool, hide=(), m
     cmd = [sys.executable, "-I", "-B", str(box / "exercise_child.py"), str(box / "request.json")]
     sandboxed = bwrap_works()
     if sandboxed:
+        # read-only everything; the other boxes, solutions/ and what the caller hides behind empty
+        # tmpfs mounts; then this box, writable (the only place the child can write)
         wrap = ["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
-                "--tmpfs", "/tmp", "--bind", str(box), str(box), "--unshare-net", "--unshare-pid", "--unshare-ipc",
-                "--die-with-parent", "--new-session", "--chdir", str(box)]
+                "--tmpfs", str(box.parent)]
         for path in [ROOT / "solutions", *hide]:
             if Path(path).exists() and not str(box).startswith(str(path)):
                 wrap += ["--tmpfs", str(path)]
+        wrap += ["--bind", str(box), str(box), "--unshare-net", "--unshare-pid", "--unshare-ipc",
+                 "--die-with-parent", "--new-session", "--chdir", str(box)]
         cmd = wrap + cmd
     limits = _limits(int(timeout) + CPU_SECONDS_SLACK, None if gpu else memory_bytes)
     start = time.monotonic()

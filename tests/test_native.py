@@ -204,3 +204,53 @@ def test_torch_tensors_work_too(rng):
     torch.cuda.synchronize()
     assert isinstance(y, torch.Tensor)
     assert R.max_rel_err(y.cpu().numpy(), R.softmax(hx)) < 1e-5
+
+
+# ------------------------------------------------------------------------------------------------
+# The CPU target (common/cpu_target.h): the same kernel sources, run on the CPU against float64
+# ------------------------------------------------------------------------------------------------
+def _cxx():
+    from a07_softmax import cpu_target
+
+    if cpu_target.compiler() is None:
+        pytest.skip("no C++ compiler (g++ or clang++): the CPU target cannot build")
+
+
+@pytest.mark.parametrize("warp", [32, 64])
+def test_lab_kernels_run_on_the_cpu_against_float64(warp):
+    """Lab 1 and Lab 2 executed, not only compiled, on a machine without a GPU: the naive kernel
+    turns row 0's 100.0 into NaN; every other kernel matches float64 and writes the fully -inf
+    (or fully masked) row as zeros; with 32- and 64-lane warps."""
+    _cxx()
+    from a07_softmax import cpu_labs
+
+    for k, err, passed, y in cpu_labs.lab1_on_cpu(warp=warp, seed=warp):
+        if k == "softmax_naive_unsafe":
+            assert not passed and np.isnan(y[0]).any(), k
+        else:
+            assert passed and not y[1].any(), (k, err)
+    for name, err, passed, y in cpu_labs.lab2_on_cpu(warp=warp, seed=warp):
+        assert passed, (name, err)
+
+
+def test_a_barrier_not_every_thread_reaches_is_a_deadlock_not_a_hang(tmp_path):
+    _cxx()
+    from a07_softmax import cpu_target
+
+    src = tmp_path / "k.cu"
+    src.write_text('#include "online_softmax.h"\n'
+                   'extern "C" __global__ void k(const float* x, float* y, int rows, int cols) {\n'
+                   '  float v = x[threadIdx.x % cols];\n'
+                   '  if (threadIdx.x < 64) v = block_max(v);\n'
+                   '  y[threadIdx.x % cols] = v;\n}\n')
+    kinds = [("in", "float32"), ("out", None), ("i32", None), ("i32", None)]
+    exe = cpu_target.build(src, "k", kinds, tmp_path)
+    with pytest.raises(cpu_target.CpuTargetError, match=r"deadlock in block 0.*__syncthreads\(\)"):
+        cpu_target.run(exe, 1, 256, kinds, [np.ones((1, 8), np.float32), (1, 8), 1, 8], tmp_path)
+
+
+def test_the_fast_softmax_says_it_needs_a_gpu(tmp_path):
+    from a07_softmax import cpu_target
+
+    with pytest.raises(cpu_target.CpuTargetError, match="inline PTX"):
+        cpu_target.build(native.ROOT / "cuda" / "softmax_fast.cu", "softmax_fast_warp<float, 2, 16, 1, true>", [], tmp_path)
