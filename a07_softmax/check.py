@@ -546,7 +546,9 @@ def _stage(cases, box: Path):
     for i, case in enumerate(cases):
         arrays.update(case.inputs)
         calls.append({"id": f"c{i}", **case.call})
-    np.savez(box / "inputs.npz", **arrays)
+    (box / "inputs").mkdir(exist_ok=True)
+    for name, arr in arrays.items():  # one .npy per input (plain files: nothing to unpack in the child)
+        np.save(box / "inputs" / f"{name}.npy", np.ascontiguousarray(arr), allow_pickle=False)
     return calls
 
 

@@ -1,6 +1,6 @@
 """The untrusted side of the exercise checker: run a learner's functions on given inputs and save
 what they return. Copied into a sandbox folder and run there as a script (`python -I`), it imports
-nothing of the course: it reads request.json and inputs.npz, writes outputs/<id>.npy, one line per
+nothing of the course: it reads request.json and inputs/*.npy, writes outputs/<id>.npy, one line per
 call to results.jsonl (what happened, never whether it was right) and the call in progress to
 progress.txt. The trusted parent (a07_softmax/check.py) judges the outputs against its own float64
 references; whatever this process prints or writes elsewhere changes no verdict.
@@ -35,8 +35,9 @@ def main(request_path):
         os.environ["TRITON_INTERPRET"] = "1"
     import numpy as np
 
-    npz = os.path.join(box, "inputs.npz")
-    inputs = dict(np.load(npz, allow_pickle=False)) if os.path.exists(npz) else {}
+    folder = os.path.join(box, "inputs")
+    inputs = {name[:-4]: np.load(os.path.join(folder, name), allow_pickle=False)
+              for name in (os.listdir(folder) if os.path.isdir(folder) else []) if name.endswith(".npy")}
     progress = open(os.path.join(box, "progress.txt"), "a", buffering=1)
     results = open(os.path.join(box, "results.jsonl"), "a", buffering=1)
 

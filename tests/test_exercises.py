@@ -128,10 +128,13 @@ WRONG = {
         "thread-local sum": (_edit("01", "    s = block_sum(s);\n", ""), "x"),
         "includes the solution": ('#include "../solutions/01_safe_softmax.cu"\n', "course headers"),
         "includes it through a macro": ('#define S "../solutions/01_safe_softmax.cu"\n#include S\n', "course headers"),
+        # on the CPU target these two are named (a deadlock, a write past the end); on a GPU they show
+        # as wrong outputs, so only their failing is required there
         "barrier inside divergent code": (_edit("01", "    m = block_max(m);\n", "    if (threadIdx.x < 32) m = block_max(m);\n"),
-                                          "deadlock"),
+                                          "deadlock" if not backend.detect().native else ""),
         "off-by-one bound on the output": (_edit("01", "for (int c = threadIdx.x; c < cols; c += BLOCK) yr[c]",
-                                                 "for (int c = threadIdx.x; c <= cols; c += BLOCK) yr[c]"), "past the end"),
+                                                 "for (int c = threadIdx.x; c <= cols; c += BLOCK) yr[c]"),
+                                           "past the end" if not backend.detect().native else ""),
         "warp-only reductions": (_edit("01", "    m = block_max(m);\n", "    m = warp_allreduce(m, MaxOp());\n"), "mismatch"),
     },
     "02": {
