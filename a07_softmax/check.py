@@ -15,6 +15,7 @@ SOLUTION and END SOLUTION markers); tests/test_exercises.py checks that regenera
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -392,21 +393,32 @@ def _includes_allowed(text: str):
 def _compile_checks(number: str, text: str, path: Path, hip: bool = True):
     """Parent-side (no learner code runs): NVRTC and (for a learner's own check) hipcc compiles of
     the drill. The grader skips hipcc: it scores nothing and is the slowest step of a submission."""
-    from . import native
-
     results = []
     with tempfile.TemporaryDirectory(prefix="a07-compile-") as tmp:
         src = Path(tmp) / path.name
         src.write_text(text)
         for h in ALLOWED_INCLUDES:
             shutil.copy(ROOT / "common" / h, Path(tmp) / h)
+        # NVRTC runs in a process of its own: native.nvrtc_compile hands NVRTC the cached one-byte
+        # b" " as its log buffer when the log is empty (as on the H200's NVRTC), and NVRTC's NUL then
+        # corrupts every b" " of the interpreter that called it
+        probe = ("import json, sys\nfrom a07_softmax import native\n"
+                 "try:\n    r = native.nvrtc_compile(sys.argv[1], 'sm_90')\n"
+                 "    print(json.dumps({'ok': r.ok, 'log': r.log, 'kernels': [[k.name, k.registers, k.spill_stores] "
+                 "for k in r.kernels]}))\n"
+                 "except RuntimeError as e:\n    print(json.dumps({'missing': str(e)}))\n")
+        p = subprocess.run([sys.executable, "-c", probe, str(src)], capture_output=True, text=True, timeout=300,
+                           cwd=tmp)
         try:
-            res = native.nvrtc_compile(src, "sm_90")
-            detail = res.log[-1500:] if not res.ok else ", ".join(
-                f"{k.name}: {k.registers} registers, {k.spill_stores} B spilled" for k in res.kernels)
-            results.append(Result("compiles for sm_90 (NVRTC)", PASS if res.ok else ERROR, detail, 0, 0))
-        except RuntimeError as e:
-            results.append(Result("compiles for sm_90 (NVRTC)", SKIP, str(e), 0, 0))
+            res = json.loads(p.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            res = {"ok": False, "log": (p.stderr or p.stdout)[-1500:], "kernels": []}
+        if "missing" in res:
+            results.append(Result("compiles for sm_90 (NVRTC)", SKIP, res["missing"], 0, 0))
+        else:
+            detail = res["log"][-1500:] if not res["ok"] else ", ".join(
+                f"{name}: {regs} registers, {spill} B spilled" for name, regs, spill in res["kernels"])
+            results.append(Result("compiles for sm_90 (NVRTC)", PASS if res["ok"] else ERROR, detail, 0, 0))
         hipcc = shutil.which("hipcc") if hip else None
         if hipcc:
             p = subprocess.run([hipcc, "-x", "hip", "-O2", "-std=c++17", f"-I{tmp}", "--offload-arch=gfx90a", "-c",
