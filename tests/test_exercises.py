@@ -148,12 +148,25 @@ WRONG = {
 CASES = [(n, name) for n, wrongs in WRONG.items() for name in wrongs]
 
 
+@pytest.fixture(scope="module")
+def wrong_results(tmp_path_factory):
+    """Every wrong answer checked once, in parallel (each check is a child process)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(item):
+        number, mistake = item
+        f = tmp_path_factory.mktemp("wrong") / check.EXERCISES[number]
+        f.write_text(WRONG[number][mistake][0])
+        return item, check.run_check(number, f, timeout=60, hip=False)  # hipcc: the solutions' test
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        return dict(pool.map(one, CASES))
+
+
 @pytest.mark.parametrize("number, mistake", CASES, ids=[f"{n}-{m}" for n, m in CASES])
-def test_a_wrong_answer_never_passes(number, mistake, tmp_path):
-    src, words = WRONG[number][mistake]
-    f = tmp_path / check.EXERCISES[number]
-    f.write_text(src)
-    results = check.run_check(number, f, timeout=60, hip=False)  # hipcc is exercised by the solutions' test
+def test_a_wrong_answer_never_passes(number, mistake, wrong_results):
+    words = WRONG[number][mistake][1]
+    results = wrong_results[(number, mistake)]
     st = check.status(results)
     got, most = check.points(results)
     assert st != "passed" and got < most, (mistake, [tuple(r) for r in results])
