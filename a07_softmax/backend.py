@@ -44,6 +44,7 @@ class Backends:
     nvrtc: str | None = None  # NVRTC version if CUDA sources can be compiled without a GPU
     nvcc: str | None = None
     hipcc: str | None = None
+    cxx: str | None = None      # the C++ compiler of the CPU target (common/cpu_target.h)
     reasons: dict = field(default_factory=dict)
 
     @property
@@ -155,6 +156,9 @@ def _probe_compilers(b: Backends) -> None:
             b.nvrtc = f"{major}.{minor}"
     except Exception as e:
         b.reasons["nvrtc"] = f"NVRTC not available ({type(e).__name__}); pip install cuda-bindings nvidia-cuda-nvrtc"
+    from .cpu_target import compiler
+
+    b.cxx = compiler()
     for tool, attr in (("nvcc", "nvcc"), ("hipcc", "hipcc")):
         path = shutil.which(tool)
         if path:
@@ -226,6 +230,10 @@ def labs(b: Backends | None = None):
                      "results shown from results/nvidia-h200"))
     else:
         rows.append((native, "unavailable", b.reasons.get("nvrtc", "no GPU and no NVRTC")))
+    if not b.native:
+        rows.append(("Lab 1/2 and drills 01/02 on the CPU target", "CPU target" if b.cxx else "unavailable",
+                     f"{b.cxx}: the same CUDA sources, threads as fibers; correctness only" if b.cxx
+                     else "no C++ compiler (g++ or clang++)"))
     standalone = []
     if b.nvcc:
         standalone.append("nvcc (make cuda" + ("; make run-cuda" if b.nvidia else "; no GPU to run them") + ")")
@@ -286,6 +294,7 @@ def doctor(file=None, b: Backends | None = None) -> int:
     line(b.nvrtc is not None, "nvrtc", b.nvrtc or b.reasons.get("nvrtc", "missing"))
     line(b.nvcc is not None, "nvcc", b.nvcc or "not on PATH: make cuda unavailable (install the CUDA toolkit)")
     line(b.hipcc is not None, "hipcc", b.hipcc or "not on PATH: make hip unavailable (apt-get install hipcc, or ROCm)")
+    line(b.cxx is not None, "c++ (cpu target)", b.cxx or "no g++/clang++: the CUDA drills cannot run without a GPU")
     print("", file=out)
     print(f"{'lab':<46} {'runs as':<18} why", file=out)
     for lab, how, why in labs(b):
