@@ -154,11 +154,14 @@ def wrong_results(tmp_path_factory):
     import os
     from concurrent.futures import ThreadPoolExecutor
 
-    def one(item):
-        number, mistake = item
+    files = {}
+    for number, mistake in CASES:  # folders made here: pytest's tmp_path_factory is not thread-safe
         f = tmp_path_factory.mktemp("wrong") / check.EXERCISES[number]
         f.write_text(WRONG[number][mistake][0])
-        return item, check.run_check(number, f, timeout=60, hip=False)  # hipcc: the solutions' test
+        files[(number, mistake)] = f
+
+    def one(item):
+        return item, check.run_check(item[0], files[item], timeout=60, hip=False)  # hipcc: the solutions' test
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         return dict(pool.map(one, CASES))
 
