@@ -73,7 +73,8 @@ def test_torch_gpu_without_cupy_runs_triton_on_the_gpu(monkeypatch):
     """The case the seven old probes disagreed on: an NVIDIA GPU that torch sees, no CuPy. The
     CUDA labs cannot launch, but Triton compiles for the GPU, and the interpreter stays off."""
     b = Backends(torch_version="2.11", torch_gpu=True, triton_version="3.6", triton_installed=True)
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # records the real value, so it comes back
+    monkeypatch.delenv("TRITON_INTERPRET")
     monkeypatch.setattr(backend, "_CACHE", b)
     assert backend.use_interpreter() is False and "TRITON_INTERPRET" not in os.environ
     assert b.triton_gpu and b.triton_device == "cuda" and not b.native and b.best == "triton"
@@ -82,7 +83,8 @@ def test_torch_gpu_without_cupy_runs_triton_on_the_gpu(monkeypatch):
 def test_no_gpu_switches_the_interpreter_on_and_an_explicit_choice_wins(monkeypatch):
     b = Backends(torch_version="2.13", triton_version="3.6", triton_installed=True)
     monkeypatch.setattr(backend, "_CACHE", b)
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # records the real value, so it comes back
+    monkeypatch.delenv("TRITON_INTERPRET")
     assert backend.use_interpreter() is True and b.triton_device == "cpu"
     gpu = Backends(nvidia=H200, cupy_version="14.2", torch_version="2.11", torch_gpu=True, triton_installed=True)
     monkeypatch.setattr(backend, "_CACHE", gpu)
