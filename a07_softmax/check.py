@@ -511,7 +511,7 @@ def _cpu_arguments(case):
     return kinds, values
 
 
-def _run_on_cpu(number: str, text: str, path: Path, cases, box: Path, timeout: float, hide, todo):
+def _run_on_cpu(number: str, text: str, path: Path, cases, box: Path, timeout: float, hide, todo, progress=None):
     """No GPU: the drill compiled for the CPU target (cpu_target.h) here, in the parent, and run
     by the sandboxed child. Public cases with 32-lane warps; hidden ones with 64 (AMD's width)."""
     from . import cpu_target, sandbox
@@ -548,7 +548,7 @@ def _run_on_cpu(number: str, text: str, path: Path, cases, box: Path, timeout: f
         cmd, outs = cpu_target.argv(exes[64 if case.hidden else 32], max(1, min(int(rows), 3)), BLOCK, kinds, values, work)
         calls.append({"id": f"c{i}", "argv": cmd, "out": str(outs[0][1]), "shape": list(outs[0][2]),
                       "kernel": case.call["kernel"]})
-    run = sandbox.run_child(box, {"kind": "cpu", "calls": calls}, timeout, gpu=False, hide=hide)
+    run = sandbox.run_child(box, {"kind": "cpu", "calls": calls}, timeout, gpu=False, hide=hide, on_progress=progress)
     run.box, run.timeout = box, timeout
     return results + _judge(cases, run, bool(todo), ", ".join(map(str, todo)))
 
@@ -565,11 +565,16 @@ def _stage(cases, box: Path):
 
 
 def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool = False, hide=(), seed=None,
-              hip: bool | None = None):
+              hip: bool | None = None, progress=None):
     """[Result] for one exercise file. hidden=True (the grader) adds checks on inputs drawn from a
     fresh random seed that the submission cannot predict. hip: also compile a drill with hipcc
     (default: for a learner's own check, not when grading)."""
     hip = (not hidden) if hip is None else hip
+    names = {}
+
+    def on_progress(call_id):  # a learner sees each check start: a slow or stuck one is visible at once
+        if progress and call_id in names:
+            progress(names[call_id])
     from . import sandbox
     from .backend import detect
 
@@ -579,6 +584,7 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
         return check_markdown(text)
     rng = np.random.default_rng(seed if seed is not None else (secrets.randbits(64) if hidden else zlib.crc32(number.encode())))
     cases = CASES[number](rng, hidden)
+    names.update({f"c{i}": c.name for i, c in enumerate(cases)})
     box = sandbox.new_box()
     try:
         results = []
@@ -595,14 +601,14 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
             if any(r.verdict == ERROR for r in results):
                 return results + [Result(c.name, ERROR, "does not compile (above)", 0, c.points, c.hidden) for c in cases]
             if not detect().native:
-                return results + _run_on_cpu(number, text, Path(path), cases, box, timeout, hide, todo)
+                return results + _run_on_cpu(number, text, Path(path), cases, box, timeout, hide, todo, on_progress)
             (box / "submission.cu").write_text(text)
             (box / "include").mkdir()
             for h in ALLOWED_INCLUDES:
                 shutil.copy(ROOT / "common" / h, box / "include" / h)
             request = {"kind": "cuda", "source": "submission.cu", "options": ["-std=c++17", f"-I{box / 'include'}"],
                        "calls": _stage(cases, box)}
-            run = sandbox.run_child(box, request, timeout, gpu=True, hide=hide)
+            run = sandbox.run_child(box, request, timeout, gpu=True, hide=hide, on_progress=on_progress)
             run.box, run.timeout = box, timeout
             return results + _judge(cases, run, bool(todo), ", ".join(map(str, todo)))
         (box / Path(path).name).write_text(text)
@@ -614,7 +620,7 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
         gpu = bool(uses_torch and dev.torch_gpu and os.environ.get("TRITON_INTERPRET") != "1")
         request = {"kind": "python", "module": Path(path).name, "torch": uses_torch,
                    "device": "cuda" if gpu else "cpu", "interpret": uses_torch and not gpu, "calls": _stage(cases, box)}
-        run = sandbox.run_child(box, request, timeout, gpu=gpu, hide=hide)
+        run = sandbox.run_child(box, request, timeout, gpu=gpu, hide=hide, on_progress=on_progress)
         run.box, run.timeout = box, timeout
         if uses_torch:
             results.append(Result("backend", PASS, "GPU" if gpu else "Triton interpreter on the CPU (no GPU)", 0, 0))

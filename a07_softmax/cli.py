@@ -44,7 +44,9 @@ def _check(args) -> int:
     for n in numbers:
         path = check.find(n, args.solution)
         print(f"checking exercise {n.zfill(2)} ({path.name}) ...", flush=True)
-        ok &= check.report(n.zfill(2), path, check.run_check(n.zfill(2), path, timeout=args.timeout))
+        results = check.run_check(n.zfill(2), path, timeout=args.timeout,
+                                  progress=lambda name: print(f"  ... {name}", flush=True))
+        ok &= check.report(n.zfill(2), path, results)
     return 0 if ok else 1
 
 

@@ -97,8 +97,9 @@ def _limits(cpu_seconds: int, memory_bytes: int | None):
 
 
 def run_child(box: Path, request: dict, timeout: float, *, gpu: bool, hide=(), memory_bytes: int | None = 4 << 30,
-              env_extra: dict | None = None) -> ChildRun:
-    """Run exercise_child.py in `box` on `request` (written to box/request.json)."""
+              env_extra: dict | None = None, on_progress=None) -> ChildRun:
+    """Run exercise_child.py in `box` on `request` (written to box/request.json). on_progress(call id)
+    is called as the child starts each call (read from its progress file while it runs)."""
     shutil.copy(CHILD, box / "exercise_child.py")
     (box / "request.json").write_text(json.dumps(request))
     out_dir = box / "outputs"
@@ -128,11 +129,22 @@ def run_child(box: Path, request: dict, timeout: float, *, gpu: bool, hide=(), m
     with open(box / "stdout.txt", "wb") as out, open(box / "stderr.txt", "wb") as err:
         proc = subprocess.Popen(cmd, cwd=box, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                 start_new_session=True, preexec_fn=limits)
-        timed_out = False
+        timed_out, seen = False, 0
+        deadline = time.monotonic() + timeout
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            while True:
+                try:
+                    proc.wait(timeout=0.25 if on_progress else timeout)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        timed_out = True
+                        break
+                if on_progress and (box / "progress.txt").exists():
+                    lines = (box / "progress.txt").read_text(errors="replace").splitlines()
+                    for line in lines[seen:]:
+                        on_progress(line.strip())
+                    seen = len(lines)
         finally:
             # the whole process group: whatever the child started goes with it
             try:

@@ -136,6 +136,8 @@ WRONG = {
                                                  "for (int c = threadIdx.x; c <= cols; c += BLOCK) yr[c]"),
                                            "past the end" if not backend.detect().native else ""),
         "warp-only reductions": (_edit("01", "    m = block_max(m);\n", "    m = warp_allreduce(m, MaxOp());\n"), "mismatch"),
+        "a loop that never ends": (_edit("01", "c < cols; c += BLOCK) yr[c]", "c < cols; c += 0) yr[c]"),
+                                   "stopped after 8 s inside safe_softmax()", 8),
     },
     "02": {
         "no fully-masked guard": (_edit("02", "      if (st.m == A07_NEG_INF) out = 0.0f;\n", ""), "fully-masked"),
@@ -161,7 +163,8 @@ def wrong_results(tmp_path_factory):
         files[(number, mistake)] = f
 
     def one(item):
-        return item, check.run_check(item[0], files[item], timeout=60, hip=False)  # hipcc: the solutions' test
+        timeout = WRONG[item[0]][item[1]][2] if len(WRONG[item[0]][item[1]]) > 2 else 60
+        return item, check.run_check(item[0], files[item], timeout=timeout, hip=False)  # hipcc: the solutions' test
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         return dict(pool.map(one, CASES))
 
@@ -243,3 +246,10 @@ def test_markdown_derivations_are_read(tmp_path):
     results = {r.name: r for r in check.run_check("03", f)}
     first = next(r for n, r in results.items() if n.startswith("derivation 1"))
     assert first.verdict == check.FAIL and "does not state" in first.detail
+
+
+def test_each_check_is_announced_as_it_starts():
+    seen = []
+    results = check.run_check("04", check.find("04", solution=True), progress=seen.append)
+    named = [r.name for r in results if r.max_points]
+    assert seen and set(seen) <= set(named) and seen[0] == named[0]
