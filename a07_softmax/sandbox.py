@@ -133,18 +133,19 @@ def run_child(box: Path, request: dict, timeout: float, *, gpu: bool, hide=(), m
         deadline = time.monotonic() + timeout
         try:
             while True:
+                done = False
                 try:
                     proc.wait(timeout=0.25 if on_progress else timeout)
-                    break
+                    done = True
                 except subprocess.TimeoutExpired:
-                    if time.monotonic() >= deadline:
-                        timed_out = True
-                        break
-                if on_progress and (box / "progress.txt").exists():
+                    timed_out = time.monotonic() >= deadline
+                if on_progress and (box / "progress.txt").exists():  # also what a quick child did at once
                     lines = (box / "progress.txt").read_text(errors="replace").splitlines()
                     for line in lines[seen:]:
                         on_progress(line.strip())
                     seen = len(lines)
+                if done or timed_out:
+                    break
         finally:
             # the whole process group: whatever the child started goes with it
             try:
