@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from .native import BLOCK, INCLUDE_DIRS
+from .native import BLOCK
 from .paths import ROOT
 
 EXERCISES = {
@@ -117,11 +117,6 @@ def mismatch(got, ref, dtype="float32", *, log: bool = False) -> str | None:
     if m is None:
         return None
     return f"first mismatch at row {m[0]}, col {m[1]}: got {m[2]:.6g}, expected {m[3]:.6g} (relative error {m[4]:.3g})"
-
-
-def seeded_rng(check: str):
-    """The public inputs of one check: the same on every run, so a verdict can be repeated."""
-    return np.random.default_rng(zlib.crc32(check.encode()))
 
 
 @dataclass

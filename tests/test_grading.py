@@ -5,7 +5,6 @@ import csv
 import hashlib
 import os
 import subprocess
-import sys
 import time
 
 import pytest

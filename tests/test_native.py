@@ -2,9 +2,7 @@
 kernel against float64 on fresh random inputs with the output poisoned first."""
 import os
 import re
-import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
