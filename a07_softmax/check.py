@@ -381,8 +381,14 @@ def _includes_allowed(text: str):
             continue
         m = re.match(r'\s*#\s*include\s*"([^"/\\]+)"\s*(//.*)?$', line)
         if not m or m.group(1) not in ALLOWED_INCLUDES:
-            return line.strip()[len("#include"):].strip() if m is None else m.group(1)
+            return re.sub(r"\s*#\s*include\s*", "", line).strip().strip('"<>') if m is None else m.group(1)
     return None
+
+
+def _course_headers_into(folder: Path) -> None:
+    """The only headers a drill may include (ALLOWED_INCLUDES), copied beside it."""
+    for h in ALLOWED_INCLUDES:
+        shutil.copy(ROOT / "common" / h, Path(folder) / h)
 
 
 def _compile_checks(number: str, text: str, path: Path, hip: bool = True):
@@ -392,8 +398,7 @@ def _compile_checks(number: str, text: str, path: Path, hip: bool = True):
     with tempfile.TemporaryDirectory(prefix="a07-compile-") as tmp:
         src = Path(tmp) / path.name
         src.write_text(text)
-        for h in ALLOWED_INCLUDES:
-            shutil.copy(ROOT / "common" / h, Path(tmp) / h)
+        _course_headers_into(tmp)
         # NVRTC runs in a process of its own: native.nvrtc_compile hands NVRTC the cached one-byte
         # b" " as its log buffer when the log is empty (as on the H200's NVRTC), and NVRTC's NUL then
         # corrupts every b" " of the interpreter that called it
@@ -523,8 +528,7 @@ def _run_on_cpu(number: str, text: str, path: Path, cases, box: Path, timeout: f
         sub = box / f"w{warp}"
         sub.mkdir()
         shutil.copy(src, sub / path.name)
-        for h in ALLOWED_INCLUDES:
-            shutil.copy(ROOT / "common" / h, sub / h)
+        _course_headers_into(sub)
         kinds = _cpu_arguments(cases[0])[0]
         try:
             exes[warp] = cpu_target.build(sub / path.name, kernel, kinds, sub, warp=warp)
@@ -599,8 +603,7 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
                 return results + _run_on_cpu(number, text, Path(path), cases, box, timeout, hide, todo, on_progress)
             (box / "submission.cu").write_text(text)
             (box / "include").mkdir()
-            for h in ALLOWED_INCLUDES:
-                shutil.copy(ROOT / "common" / h, box / "include" / h)
+            _course_headers_into(box / "include")
             request = {"kind": "cuda", "source": "submission.cu", "options": ["-std=c++17", f"-I{box / 'include'}"],
                        "calls": _stage(cases, box)}
             run = sandbox.run_child(box, request, timeout, gpu=True, hide=hide, on_progress=on_progress)
