@@ -399,9 +399,8 @@ def _compile_checks(number: str, text: str, path: Path, hip: bool = True):
         src = Path(tmp) / path.name
         src.write_text(text)
         _course_headers_into(tmp)
-        # NVRTC runs in a process of its own: native.nvrtc_compile hands NVRTC the cached one-byte
-        # b" " as its log buffer when the log is empty (as on the H200's NVRTC), and NVRTC's NUL then
-        # corrupts every b" " of the interpreter that called it
+        # NVRTC runs in a process of its own: a learner's source that crashes or hangs the compiler
+        # takes that process down, not the checker (or the grader's other submissions)
         probe = ("import json, sys\nfrom a07_softmax import native\n"
                  "try:\n    r = native.nvrtc_compile(sys.argv[1], 'sm_90')\n"
                  "    print(json.dumps({'ok': r.ok, 'log': r.log, 'kernels': [[k.name, k.registers, k.spill_stores] "

@@ -17,29 +17,73 @@ MASK_KINDS = [("in", "float32"), ("out", None), ("i32", None), ("i32", None), ("
               ("i32", None), ("i32", None), ("in", "int32"), ("i32", None)]
 
 
-def lab1_on_cpu(rows: int = 7, cols: int = 1000, warp: int = 32, seed: int = 0, work=None):
-    """[(kernel, max rel err, passed)] for the Lab 1 kernels on a row set whose row 0 holds 100.0,
-    row 1 is fully -inf, and the rest are uniform in [-4, 4)."""
+_BUILDS: dict = {}
+
+
+def _built(source: str, kernel: str, kinds, warp: int, defines=()):
+    """The CPU-target executable of `kernel`, built once per process (kept in a temporary folder)."""
+    key = (source, kernel, warp, tuple(defines))
+    if key not in _BUILDS:
+        work = cpu_target.scratch()
+        _BUILDS[key] = (cpu_target.build(ROOT / source, kernel, kinds, work, warp=warp, defines=defines), work)
+    return _BUILDS[key]
+
+
+def softmax_on_cpu(x, kernel: str = "softmax_online_1pass", warp: int = 32):
+    """One Lab 1 kernel on the CPU target: y for float32 rows x (ITEMS raised to hold the row)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    rows, cols = x.shape
+    defines = [f"ITEMS={max(4, -(-cols // BLOCK))}"] if kernel == "softmax_online_1pass" else []
+    exe, work = _built("cuda/softmax.cu", kernel, ROW_KINDS, warp, defines)
+    with tempfile.TemporaryDirectory(dir=work) as run_dir:
+        return cpu_target.run(exe, min(rows, 3), BLOCK, ROW_KINDS, [x, (rows, cols), rows, cols], Path(run_dir))[1]
+
+
+def scale_mask_softmax_on_cpu(x, scale: float = 1.0, *, causal: bool = False, window: int = 0, valid_len=None,
+                              q_len: int | None = None, fused: bool = True, warp: int = 32):
+    """Lab 2 on the CPU target: the fused kernel, or the three launches of the unfused path."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    rows, cols = x.shape
+    q_len = rows if q_len is None else q_len
+    lens = np.full(rows, cols, np.int32) if valid_len is None else np.asarray(valid_len, np.int32)
+    mask = [q_len, int(causal), window, lens, int(valid_len is not None)]
+    src = "cuda/fused_softmax.cu"
+    if fused:
+        exe, work = _built(src, "scale_mask_softmax_fused", MASK_KINDS, warp, [f"ITEMS={max(4, -(-cols // BLOCK))}"])
+        with tempfile.TemporaryDirectory(dir=work) as d:
+            return cpu_target.run(exe, min(rows, 3), BLOCK, MASK_KINDS, [x, (rows, cols), rows, cols, scale, *mask],
+                                  Path(d))[1]
+    scale_kinds = [("in", "float32"), ("out", None), ("i32", None), ("f32", None)]
+    mask_kinds = [("in", "float32"), ("out", None), ("i32", None), ("i32", None), ("i32", None), ("i32", None),
+                  ("i32", None), ("in", "int32"), ("i32", None)]
+    exe1, work = _built(src, "scale_kernel", scale_kinds, warp)
+    exe2, _ = _built(src, "add_mask_kernel", mask_kinds, warp)
+    with tempfile.TemporaryDirectory(dir=work) as d:
+        t1 = cpu_target.run(exe1, 4, BLOCK, scale_kinds, [x, (rows, cols), rows * cols, scale], Path(d))[1]
+        t2 = cpu_target.run(exe2, 4, BLOCK, mask_kinds, [t1, (rows, cols), rows, cols, *mask], Path(d))[1]
+    return softmax_on_cpu(t2, "softmax_online_2pass", warp)
+
+
+def lab1_on_cpu(rows: int = 7, cols: int = 1000, warp: int = 32, seed: int = 0):
+    """[(kernel, max rel err, passed, y)] for the Lab 1 kernels on a row set whose row 0 holds
+    100.0, row 1 is fully -inf, and the rest are uniform in [-4, 4)."""
     rng = np.random.default_rng(seed)
     x = rng.uniform(-4, 4, size=(rows, cols)).astype(np.float32)
     x[0, cols // 2] = 100.0
     x[1] = -np.inf
     ref = reference.softmax(x)
     out = []
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(work or tmp)
-        for k in LAB1_KERNELS:
-            defines = [f"ITEMS={max(4, -(-cols // BLOCK))}"]
-            exe = cpu_target.build(ROOT / "cuda" / "softmax.cu", k, ROW_KINDS, work, warp=warp, defines=defines)
-            y = cpu_target.run(exe, min(rows, 3), BLOCK, ROW_KINDS, [x, (rows, cols), rows, cols], work)[1]
-            err = accuracy.max_rel_err(y, ref)
-            out.append((k, err, err <= accuracy.tolerance("float32"), y))
+    for k in LAB1_KERNELS:
+        y = softmax_on_cpu(x, k, warp)
+        err = accuracy.max_rel_err(y, ref)
+        out.append((k, err, err <= accuracy.tolerance("float32"), y))
     return out
 
 
-def lab2_on_cpu(heads: int = 2, seq: int = 67, warp: int = 32, seed: int = 0, work=None):
-    """[(path, max rel err, passed)] for Lab 2's fused kernel and the three launches of the unfused
-    path (scale, mask, Lab 1's 2-pass softmax) on causal + padded scores with a fully-masked row."""
+def lab2_on_cpu(heads: int = 2, seq: int = 67, warp: int = 32, seed: int = 0):
+    """[(path, max rel err, passed, y)] for Lab 2's fused kernel and the three launches of the
+    unfused path (scale, mask, Lab 1's 2-pass softmax) on causal + padded scores with a
+    fully-masked row."""
     rng = np.random.default_rng(seed)
     rows, cols, scale = heads * seq, seq, 0.125
     x = rng.normal(0, 8, size=(rows, cols)).astype(np.float32)
@@ -47,29 +91,12 @@ def lab2_on_cpu(heads: int = 2, seq: int = 67, warp: int = 32, seed: int = 0, wo
     lens[1] = 0
     mask = reference.causal_mask(seq, cols)[np.arange(rows) % seq] + reference.padding_mask(lens, cols)
     ref = reference.scale_mask_softmax(x, scale, mask)
-    src = ROOT / "cuda" / "fused_softmax.cu"
-    items = [f"ITEMS={max(4, -(-cols // BLOCK))}"]
     results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(work or tmp)
-        fused = cpu_target.build(src, "scale_mask_softmax_fused", MASK_KINDS, work, warp=warp, defines=items)
-        args = [x, (rows, cols), rows, cols, scale, seq, 1, 0, lens, 1]
-        y = cpu_target.run(fused, min(rows, 3), BLOCK, MASK_KINDS, args, work)[1]
+    for fused in (True, False):
+        y = scale_mask_softmax_on_cpu(x, scale, causal=True, valid_len=lens, q_len=seq, fused=fused, warp=warp)
         err = accuracy.max_rel_err(y, ref)
-        results.append(("scale_mask_softmax_fused", err, err <= accuracy.tolerance("float32") and not y[1].any(), y))
-        n = rows * cols
-        scale_k = cpu_target.build(src, "scale_kernel", [("in", "float32"), ("out", None), ("i32", None), ("f32", None)],
-                                   work, warp=warp)
-        t1 = cpu_target.run(scale_k, 4, BLOCK, [("in", "float32"), ("out", None), ("i32", None), ("f32", None)],
-                            [x, (rows, cols), n, scale], work)[1]
-        mask_kinds = [("in", "float32"), ("out", None), ("i32", None), ("i32", None), ("i32", None), ("i32", None),
-                      ("i32", None), ("in", "int32"), ("i32", None)]
-        mask_k = cpu_target.build(src, "add_mask_kernel", mask_kinds, work, warp=warp)
-        t2 = cpu_target.run(mask_k, 4, BLOCK, mask_kinds, [t1, (rows, cols), rows, cols, seq, 1, 0, lens, 1], work)[1]
-        two = cpu_target.build(ROOT / "cuda" / "softmax.cu", "softmax_online_2pass", ROW_KINDS, work, warp=warp)
-        y2 = cpu_target.run(two, min(rows, 3), BLOCK, ROW_KINDS, [t2, (rows, cols), rows, cols], work)[1]
-        err = accuracy.max_rel_err(y2, ref)
-        results.append(("scale_mask_softmax_unfused", err, err <= accuracy.tolerance("float32") and not y2[1].any(), y2))
+        results.append((f"scale_mask_softmax_{'fused' if fused else 'unfused'}", err,
+                        err <= accuracy.tolerance("float32") and not y[1].any(), y))
     return results
 
 

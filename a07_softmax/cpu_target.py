@@ -8,12 +8,15 @@ a07cpu::launch, and writes its output. Argument kinds, in the kernel's parameter
   ("in", dtype)   a const input array (float32 or int32), read from a file
   ("out", shape)  a float32 output array, poisoned with NaN before the launch
   ("i32", v), ("f32", v)   scalars
-Kernels that need what a CPU cannot give (inline PTX: thread-block clusters, L2 hints, the fast
-softmax) do not compile here; build() raises CpuTargetError with the compiler's message.
+("in"/"out" take float32, int32, float16 or bfloat16; 16-bit values travel as their raw bits.)
+The fast softmax's warp, block and two-pass strategies run here too (portability.h's plain-C++
+helpers stand in for its PTX); its cluster strategy needs what a CPU cannot give (distributed shared
+memory, mbarriers), and build() refuses it with that reason.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,11 +26,27 @@ import numpy as np
 from .paths import ROOT
 
 HEADER = ROOT / "common" / "cpu_target.h"
-CTYPES = {"float32": "float", "int32": "int"}
+# dtype -> (the kernel's element type, the storage type the driver reads and writes)
+CTYPES = {"float32": ("float", "float"), "int32": ("int", "int"), "float16": ("f16_t", "unsigned short"),
+          "bfloat16": ("bf16_t", "unsigned short")}
+STORAGE = {"float32": np.float32, "int32": np.int32, "float16": np.float16, "bfloat16": np.uint16}
 
 
 class CpuTargetError(RuntimeError):
     pass
+
+
+_SCRATCH = []
+
+
+def scratch() -> Path:
+    """A folder for builds kept for the life of the process (removed at exit)."""
+    import tempfile
+
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.TemporaryDirectory(prefix="a07-cpu-target-"))
+    d = Path(_SCRATCH[0].name)
+    return Path(tempfile.mkdtemp(dir=d))
 
 
 def compiler() -> str | None:
@@ -45,14 +64,16 @@ def driver_source(source_name: str, kernel: str, kinds) -> str:
     call, outs = [], []
     for i, (kind, what) in enumerate(kinds):  # one pass, in parameter order: each reads its argv
         if kind == "in":
-            ctype = CTYPES[what]
+            ctype, store = CTYPES[what]
             lines.append(f"  const char* p{i} = argv[a++]; size_t n{i} = std::strtoull(argv[a++], nullptr, 10);")
-            lines.append(f"  auto v{i} = a07cpu::read<{ctype}>(p{i}, n{i});")
+            lines.append(f"  auto v{i} = a07cpu::read<{store}>(p{i}, n{i});")
             call.append(f"(const {ctype}*)v{i}.data()")
-        elif kind == "out":
+        elif kind == "out":  # what: the dtype (None: float32)
+            ctype, store = CTYPES[what or "float32"]
             lines.append(f"  const char* p{i} = argv[a++]; size_t n{i} = std::strtoull(argv[a++], nullptr, 10);")
-            lines.append(f"  std::vector<float> v{i}(n{i} + a07cpu::GUARD, NAN);  // poisoned, with a guard past the end")
-            call.append(f"v{i}.data()")
+            lines.append(f"  std::vector<{store}> v{i}(n{i} + a07cpu::GUARD, a07cpu::poison<{store}>());"
+                         "  // poisoned, with a guard past the end")
+            call.append(f"({ctype}*)v{i}.data()")
             outs.append(i)
         elif kind == "i32":
             lines.append(f"  const int s{i} = int(std::strtol(argv[a++], nullptr, 10));")
@@ -73,17 +94,20 @@ def driver_source(source_name: str, kernel: str, kinds) -> str:
 
 
 def build(source: Path, kernel: str, kinds, out_dir: Path, *, warp: int = 32, defines=(), timeout: float = 120) -> Path:
-    """Compile `kernel` of `source` for the CPU into out_dir; the executable's path."""
-    if kernel.startswith("softmax_fast"):
-        raise CpuTargetError(f"{kernel} needs what a CPU cannot give (inline PTX: thread-block clusters, L2 cache "
-                             "hints, the .ftz exp2): it runs only on an NVIDIA GPU (fast.plan() runs anywhere)")
+    """Compile `kernel` of `source` (a function name, or a template instance such as
+    "softmax_fast_warp<float, 2, 16, 1, true>") for the CPU into out_dir; the executable's path."""
+    if kernel.startswith("softmax_fast_cluster"):
+        raise CpuTargetError(f"{kernel} needs what a CPU cannot give (thread-block clusters: distributed shared "
+                             "memory, mbarriers): it runs only on an NVIDIA sm_90 GPU (fast.plan() runs anywhere; "
+                             "plan with clusters=0 for a strategy the CPU target runs)")
     cxx = compiler()
     if cxx is None:
         raise CpuTargetError("no C++ compiler found (g++ or clang++; set CXX): the CPU target cannot build")
     out_dir = Path(out_dir)
-    drv = out_dir / f"drive_{kernel}.cpp"
+    stem = re.sub(r"\W+", "_", kernel).strip("_")  # a template instance as a file name
+    drv = out_dir / f"drive_{stem}.cpp"
     drv.write_text(driver_source(Path(source).name, kernel, kinds))
-    exe = out_dir / f"run_{kernel}"
+    exe = out_dir / f"run_{stem}"
     cmd = [cxx, "-std=c++20", "-O1", "-pthread", "-w", "-include", str(HEADER), f"-DA07_CPU_WARP={int(warp)}",
            f"-I{Path(source).parent}", f"-I{ROOT / 'common'}", f"-I{ROOT / 'cuda'}", *[f"-D{d}" for d in defines],
            str(drv), "-o", str(exe)]
@@ -105,12 +129,12 @@ def argv(exe: Path, grid: int, block: int, kinds, values, work: Path):
     for i, ((kind, what), v) in enumerate(zip(kinds, values)):
         if kind == "in":
             path = work / f"in{i}.bin"
-            np.ascontiguousarray(v, dtype=np.dtype(what)).tofile(path)
+            as_stored(v, what).tofile(path)
             cmd += [str(path), str(int(np.size(v)))]
         elif kind == "out":
             path = work / f"out{i}.bin"
             cmd += [str(path), str(int(np.prod(v)))]
-            outs.append((i, path, tuple(v)))
+            outs.append((i, path, tuple(v), what or "float32"))
         else:
             cmd.append(repr(float(v)) if kind == "f32" else str(int(v)))
     return cmd, outs
@@ -122,4 +146,25 @@ def run(exe: Path, grid: int, block: int, kinds, values, work: Path, timeout: fl
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if p.returncode:
         raise CpuTargetError(f"{Path(exe).name} exited {p.returncode}: {p.stderr[-1000:]}")
-    return {i: np.fromfile(path, dtype=np.float32).reshape(shape) for i, path, shape in outs}
+    return {i: from_stored(np.fromfile(path, dtype=STORAGE[dt]), dt).reshape(shape) for i, path, shape, dt in outs}
+
+
+def as_stored(a, dtype: str) -> np.ndarray:
+    """`a` in the bytes a kernel of `dtype` reads; bfloat16 (which NumPy lacks) as the top 16 bits
+    of float32, rounded to nearest even: torch's and the GPU's conversion."""
+    if dtype != "bfloat16":
+        return np.ascontiguousarray(a, dtype=STORAGE[dtype])
+    if type(a).__module__.startswith("torch"):
+        import torch
+
+        return a.contiguous().view(torch.int16).numpy().view(np.uint16)
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, 0x7FC0, (u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_stored(a: np.ndarray, dtype: str) -> np.ndarray:
+    """A kernel's output as float32 (bfloat16: its bits widened)."""
+    if dtype == "bfloat16":
+        return (a.astype(np.uint32) << 16).view(np.float32)
+    return a.astype(np.float32, copy=False) if dtype == "float16" else a

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 import functools
 import math
-import re
 
 import numpy as np
 
@@ -257,15 +256,17 @@ PLANNED_COLS = tuple(sorted({2**k for k in range(19)} | {3, 33, 1000, 1023, 3000
 
 
 def instances(dtypes=("float32", "bfloat16", "float16"), cols=PLANNED_COLS) -> dict:
-    """{template instance: its launch bound} for every instance plan() picks over these row lengths
-    (odd ones included), aligned and misaligned, with clusters of 16, of 8 and none: what the
-    compile tests build, so the strategy table and the compiled instances cannot drift apart."""
+    """{template instance: its launch bound} for every instance softmax() can launch over these row
+    lengths (odd ones included), aligned (where cols allows) and misaligned, with clusters of 16, of
+    8 and none: what the compile tests build and bench/sanitize.py launches, so the strategy table
+    and the compiled instances cannot drift apart."""
     out = {}
     for dt in dtypes:
+        n = VEC_BYTES // DTYPES[dt][1]
         for c in cols:
             for aligned in (True, False):
                 for clusters in (MAX_CLUSTER, PORTABLE_CLUSTER, 0):
-                    p = plan(c, dt, 1024, aligned=aligned, clusters=clusters)
+                    p = plan(c, dt, 1024, aligned=aligned and c % n == 0, clusters=clusters)
                     out[p.kernel] = p.launch_bound
     return dict(sorted(out.items()))
 
@@ -274,6 +275,38 @@ def compile_report(names=None, arch: str = "sm_90"):
     """NVRTC-compile template instances (default: every one in instances()) without a GPU; the
     report names each kernel by its instance expression."""
     return native.nvrtc_compile(native.ROOT / SOURCE["CUDA"], arch, name_expressions=names or list(instances()))
+
+
+_CPU_BUILDS: dict = {}
+
+
+def softmax_on_cpu(x, dtype: str = "float32", *, aligned: bool | None = None, warp_size: int = 32, **override):
+    """The same kernel source on the CPU target (common/cpu_target.h): plan() without clusters picks
+    the instance (warp, block or two-pass strategy), the system C++ compiler builds it, and a CPU
+    runs it, a block's threads as fibers. Correctness only, for small inputs: how CI and a laptop
+    check the fast kernels' arithmetic against float64. `x`: a (rows, cols) array of values
+    (NumPy, any float dtype; rounded to `dtype`); returns float32 values of the `dtype` output.
+    `aligned=False` forces the element-by-element path."""
+    import tempfile
+    from pathlib import Path
+
+    from . import cpu_target
+
+    x = np.asarray(x) if not type(x).__module__.startswith("torch") else x
+    if len(x.shape) != 2 or x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"x must be 2-D (rows, cols) with rows, cols >= 1, got shape {tuple(x.shape)}")
+    if dtype not in DTYPES:
+        raise TypeError(f"dtype {dtype} not supported; the fast softmax takes {', '.join(DTYPES)}")
+    rows, cols = map(int, x.shape)
+    p = plan(cols, dtype, rows, clusters=0, warp_size=warp_size, aligned=aligned, **override)
+    kinds = [("in", dtype), ("out", dtype), ("i32", None), ("i32", None)]
+    key = (p.kernel, warp_size)
+    if key not in _CPU_BUILDS:
+        work = cpu_target.scratch()
+        _CPU_BUILDS[key] = (cpu_target.build(native.ROOT / SOURCE["CUDA"], p.kernel, kinds, work, warp=warp_size), work)
+    exe, work = _CPU_BUILDS[key]
+    with tempfile.TemporaryDirectory(dir=work) as run_dir:
+        return cpu_target.run(exe, p.grid, p.threads, kinds, [x, (rows, cols), rows, cols], Path(run_dir))[1]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -317,7 +350,7 @@ def kernel(name: str, cluster: int = 0, defines=()):
     `defines` (e.g. ("A07_L2_HINT=0",)) build a variant for a measurement (bench/sweeps)."""
     import cupy
 
-    key = (name, tuple(defines))
+    key = (name, tuple(defines), cupy.cuda.Device().id)  # a module is loaded per device
     if key not in _MODULES:
         vendor = device_info()[0]
         src = (native.ROOT / SOURCE[vendor]).read_text()
@@ -374,41 +407,36 @@ def check(x, out=None):
     if rows > 2**31 // 8 - 1 or cols > 2**31 - 1:
         raise ValueError(f"shape {m.shape} too large: rows must be < 2^28, cols < 2^31")
     if out is not None:
-        o = native.meta(out)
-        if not o.on_device or o.dtype != m.dtype or o.shape != m.shape or not o.contiguous:
-            raise ValueError(f"out must be a contiguous {m.dtype} GPU array of shape {m.shape}, got "
-                             f"{o.kind} {o.dtype} {o.shape}{'' if o.contiguous else ' (non-contiguous)'}")
+        native.check_out(out, x)
     return rows, cols, m.dtype
-
-
-def _pointer(a) -> int:
-    return a.data_ptr() if type(a).__module__.startswith("torch") else a.data.ptr
 
 
 def softmax(x, out=None, *, defines=(), **override):
     """Row softmax of x with the strategy plan() picks; fp32 statistics for every dtype. A row of
-    all -inf comes back as zeros. Overrides as for plan(), plus `clusters` (a smaller cluster limit)
+    all -inf comes back as zeros. `out` may be x itself (in place). Runs on x's device and stream
+    (native.launch_context); docs/contract.md has what it returns for every kind of input. Overrides as for plan(), plus `clusters` (a smaller cluster limit)
     and `resident` (launch at most this many clusters), and `defines` (a compile-time variant), for
     tests and tuning."""
     rows, cols, dtype = check(x, out)
-    if out is None:
-        out = native._empty_like(x)
-    vendor, clusters, warp_size = device_info()
-    clusters = min(clusters, override.pop("clusters", clusters))  # a smaller limit, for tests
-    n = VEC_BYTES // DTYPES[dtype][1]
-    px, py = _pointer(x), _pointer(out)
-    aligned = cols % n == 0 and px % VEC_BYTES == 0 and py % VEC_BYTES == 0
-    most = override.pop("resident", None)
-    fit = (lambda *a: resident_clusters(*a, defines)) if most is None else \
-        (lambda *a: min(int(most), resident_clusters(*a, defines)))
-    p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, resident=fit, **override)
-    cluster = p.strategy == "cluster"
-    fn = kernel(p.kernel, p.params[1] if cluster else 0, defines)
-    args = (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols))
-    if cluster:
-        import cupy
+    with native.launch_context(x):
+        if out is None:
+            out = native._empty_like(x)
+        vendor, clusters, warp_size = device_info()
+        clusters = min(clusters, override.pop("clusters", clusters))  # a smaller limit, for tests
+        n = VEC_BYTES // DTYPES[dtype][1]
+        px, py = native.pointer(x), native.pointer(out)
+        aligned = cols % n == 0 and px % VEC_BYTES == 0 and py % VEC_BYTES == 0
+        most = override.pop("resident", None)
+        fit = (lambda *a: resident_clusters(*a, defines)) if most is None else \
+            (lambda *a: min(int(most), resident_clusters(*a, defines)))
+        p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, resident=fit, **override)
+        cluster = p.strategy == "cluster"
+        fn = kernel(p.kernel, p.params[1] if cluster else 0, defines)
+        args = (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols))
+        if cluster:
+            import cupy
 
-        tickets = cupy.zeros(1, dtype=np.int32)  # per call: launches on other streams may overlap
-        args += (tickets,)
-    fn((p.grid,), (p.threads,), args)
+            # zeroed per call, on the launch's stream: launches on other streams may overlap
+            args += (cupy.zeros(1, dtype=np.int32),)
+        fn((p.grid,), (p.threads,), args)
     return out

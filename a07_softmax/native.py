@@ -9,6 +9,7 @@ registers and spills per kernel: the labs are compile-only there.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 import math
 from pathlib import Path
@@ -59,16 +60,43 @@ class Meta:
     contiguous: bool
     on_device: bool
     kind: str  # "cupy", "torch", "numpy", ...
+    device: int | None = None  # the GPU's ordinal, where known
+    ptr: int = 0               # address of the first element (0 where unknown)
+    nbytes: int = 0
 
 
 def meta(x) -> Meta:
     mod = type(x).__module__.split(".")[0]
     if mod == "torch":
-        return Meta(tuple(x.shape), str(x.dtype).replace("torch.", ""), x.is_contiguous(), x.is_cuda, "torch")
+        return Meta(tuple(x.shape), str(x.dtype).replace("torch.", ""), x.is_contiguous(), x.is_cuda, "torch",
+                    x.device.index if x.is_cuda else None, x.data_ptr(), x.numel() * x.element_size())
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         contiguous = bool(x.flags["C_CONTIGUOUS"]) if hasattr(x, "flags") else False
-        return Meta(tuple(x.shape), str(np.dtype(x.dtype)), contiguous, hasattr(x, "__cuda_array_interface__"), mod)
+        cai = getattr(x, "__cuda_array_interface__", None)
+        dev = getattr(getattr(x, "device", None), "id", None)
+        ptr = int((cai or {}).get("data", (0,))[0] or 0) if cai is not None else 0
+        nbytes = int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize
+        return Meta(tuple(x.shape), str(np.dtype(x.dtype)), contiguous, cai is not None, mod, dev, ptr, nbytes)
     raise TypeError(f"expected a CuPy array or a torch tensor on the GPU, got {type(x).__name__}")
+
+
+def check_out(out, x, dtype: str | None = None, shape: tuple | None = None, name: str = "out"):
+    """Validate an output array against its input x before a launch: on the GPU, on x's device,
+    C-contiguous, of `dtype` and `shape` (default: x's), and either x itself (in place) or not
+    overlapping x at all (a partial overlap would read values the kernel already wrote)."""
+    m, o = meta(x), meta(out)
+    dtype, shape = dtype or m.dtype, tuple(shape or m.shape)
+    want = f"a C-contiguous {dtype} GPU array of shape {shape}"
+    if not o.on_device:
+        raise ValueError(f"{name} must be {want}; got a {o.kind} array in host memory")
+    if o.dtype != dtype or o.shape != shape or not o.contiguous:
+        raise ValueError(f"{name} must be {want}; got {o.kind} {o.dtype} {o.shape}"
+                         f"{'' if o.contiguous else ' (non-contiguous)'}")
+    if m.device is not None and o.device is not None and m.device != o.device:
+        raise ValueError(f"{name} is on GPU {o.device} and the input on GPU {m.device}: pass both on one device")
+    if o.ptr and m.ptr and o.ptr != m.ptr and o.ptr < m.ptr + m.nbytes and m.ptr < o.ptr + o.nbytes:
+        raise ValueError(f"{name} overlaps the input without being it: pass {name}=x to work in place, or a "
+                         "separate buffer")
 
 
 def check_scores(x, name: str = "x", *, kernel: str = "", items: int = DEFAULT_ITEMS, require_device: bool = True):
@@ -98,13 +126,6 @@ def check_scores(x, name: str = "x", *, kernel: str = "", items: int = DEFAULT_I
     return rows, cols
 
 
-def check_out(out, rows: int, cols: int, require_device: bool = True):
-    m = meta(out)
-    if (require_device and not m.on_device) or m.dtype != "float32" or m.shape != (rows, cols) or not m.contiguous:
-        raise ValueError(f"out must be a contiguous float32 GPU array of shape {(rows, cols)}, got "
-                         f"{m.kind} {m.dtype} {m.shape}{'' if m.contiguous else ' (non-contiguous)'}")
-
-
 # ------------------------------------------------------------------------------------------------
 # Compilation
 # ------------------------------------------------------------------------------------------------
@@ -129,7 +150,7 @@ def load(module: str, items: int = DEFAULT_ITEMS):
     """CuPy RawModule of a course source, compiled once per (module, ITEMS)."""
     import cupy
 
-    key = (module, items)
+    key = (module, items, cupy.cuda.Device().id)  # a module is loaded per device
     if key not in _MODULES:
         vendor = "HIP" if cupy.cuda.runtime.is_hip else "CUDA"
         path = source_path(module, vendor)
@@ -193,7 +214,10 @@ def nvrtc_compile(path, arch: str = "sm_90", items: int = DEFAULT_ITEMS, defines
     opts = [o.encode() for o in compile_options(items, defines) + [f"--gpu-architecture={arch}", "-Xptxas=-v"]]
     (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
     _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-    log = b" " * n
+    # NVRTC writes into this buffer. It must be a fresh object: b" " * n is, for n = 1 (an empty
+    # log), CPython's shared one-byte b" " itself, and writing its terminating NUL there breaks
+    # every later b" " in the process.
+    log = bytes(n + 1)
     nvrtc.nvrtcGetProgramLog(prog, log)
     log = log.decode(errors="replace").rstrip("\x00 \n")
     ok = int(err) == 0
@@ -218,12 +242,6 @@ def compile_report(arch: str = "sm_90", items: int = DEFAULT_ITEMS):
 # ------------------------------------------------------------------------------------------------
 # Launchers
 # ------------------------------------------------------------------------------------------------
-def _to_cupy(x):
-    import cupy
-
-    return x if isinstance(x, cupy.ndarray) else cupy.asarray(x)
-
-
 def _empty_like(x):
     if type(x).__module__.startswith("torch"):
         import torch
@@ -232,6 +250,32 @@ def _empty_like(x):
     import cupy
 
     return cupy.empty_like(x)
+
+
+def pointer(a) -> int:
+    """The device address of a CuPy array or torch tensor, for a kernel argument. Passed as a number,
+    not as the array: CuPy would otherwise import a torch tensor through __cuda_array_interface__,
+    which synchronises the host with the tensor's stream on every launch."""
+    return a.data_ptr() if type(a).__module__.startswith("torch") else a.data.ptr
+
+
+@contextlib.contextmanager
+def launch_context(x):
+    """Make x's device current, and its stream CuPy's current stream, for the launches inside: a
+    torch tensor runs on torch's current stream of its device (as torch's own kernels do, so work
+    under `torch.cuda.stream(s)` stays ordered on s), a CuPy array on CuPy's current stream."""
+    import cupy
+
+    if type(x).__module__.startswith("torch"):
+        import torch
+
+        dev = x.device.index
+        with cupy.cuda.Device(dev):
+            with cupy.cuda.ExternalStream(torch.cuda.current_stream(dev).cuda_stream, dev):
+                yield
+    else:
+        with x.device:
+            yield
 
 
 _SMS: dict = {}
@@ -248,30 +292,51 @@ def row_grid(rows: int) -> int:
 
 
 def softmax(x, kernel: str = "softmax_online_1pass", out=None, items: int = DEFAULT_ITEMS):
-    """Row softmax of a float32 (rows, cols) CuPy array or CUDA torch tensor with one Lab 1 kernel."""
+    """Row softmax of a float32 (rows, cols) CuPy array or CUDA torch tensor with one Lab 1 kernel.
+    `out` may be x itself (in place). Runs on x's device and stream (launch_context)."""
     if kernel not in LAB1_KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(LAB1_KERNELS)}")
     rows, cols = check_scores(x, kernel=kernel, items=items)
-    out = _empty_like(x) if out is None else out
-    check_out(out, rows, cols)
-    fn = load("softmax", items).get_function(kernel)
-    fn((row_grid(rows),), (BLOCK,), (_to_cupy(x), _to_cupy(out), np.int32(rows), np.int32(cols)))
+    if out is not None:
+        check_out(out, x)
+    with launch_context(x):
+        out = _empty_like(x) if out is None else out
+        fn = load("softmax", items).get_function(kernel)
+        fn((row_grid(rows),), (BLOCK,), (np.uint64(pointer(x)), np.uint64(pointer(out)), np.int32(rows), np.int32(cols)))
     return out
 
 
-def _mask_args(rows, q_len, valid_len):
-    import cupy
+def check_valid_len(valid_len, x, rows: int, cols: int):
+    """valid_len: int32, shape (rows,), on x's device, every value in [0, cols]. Reading its range
+    costs one device-to-host copy of two numbers (a synchronisation), paid for a clear error
+    instead of a kernel that reads garbage lengths."""
+    m = meta(valid_len)
+    if not m.on_device or m.dtype != "int32" or m.shape != (rows,) or not m.contiguous:
+        raise ValueError(f"valid_len must be a contiguous int32 GPU array of shape ({rows},) (one length per "
+                         f"row), got {m.kind} {m.dtype} {m.shape}{'' if m.on_device else ' in host memory'}")
+    xm = meta(x)
+    if xm.device is not None and m.device is not None and xm.device != m.device:
+        raise ValueError(f"valid_len is on GPU {m.device} and x on GPU {xm.device}")
+    lo, hi = int(valid_len.min()), int(valid_len.max())
+    if lo < 0 or hi > cols:
+        raise ValueError(f"valid_len must lie in [0, cols = {cols}] (0 masks a whole row), got values from "
+                         f"{lo} to {hi}")
 
-    if q_len is None:
-        q_len = rows
-    if q_len < 1 or rows % q_len:
-        raise ValueError(f"q_len must divide rows ({rows}); rows are (batch * heads * q_len) query rows, got {q_len}")
-    if valid_len is None:
-        return np.int32(q_len), cupy.zeros(1, dtype=cupy.int32), np.int32(0)
-    vl = _to_cupy(valid_len)
-    if vl.dtype != cupy.int32 or vl.shape != (rows,):
-        raise ValueError(f"valid_len must be int32 of shape ({rows},), got {vl.dtype} {vl.shape}")
-    return np.int32(q_len), vl, np.int32(1)
+
+def check_mask_args(rows: int, cols: int, scale, q_len, window, causal) -> int:
+    """The index-generated mask's parameters; returns q_len (rows by default)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)) or \
+            not math.isfinite(float(scale)):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
+    q_len = rows if q_len is None else q_len
+    if isinstance(q_len, bool) or not isinstance(q_len, (int, np.integer)) or q_len < 1 or rows % q_len:
+        raise ValueError(f"q_len must be a positive integer dividing rows ({rows}): rows are (batch * heads * "
+                         f"q_len) query rows; got {q_len!r}")
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0:
+        raise ValueError(f"window must be an integer >= 0 (0 = no window), got {window!r}")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise ValueError(f"causal must be True or False, got {causal!r}")
+    return int(q_len)
 
 
 def scale_mask_softmax(x, scale: float = 1.0, *, causal: bool = False, window: int = 0, valid_len=None,
@@ -279,29 +344,33 @@ def scale_mask_softmax(x, scale: float = 1.0, *, causal: bool = False, window: i
     """softmax(x * scale + mask) through Lab 2's fused kernel or its three-kernel unfused path.
 
     The mask is generated from indices (causal, sliding window of `window` keys) and from per-row
-    valid lengths (padding). A row with no valid key comes back as zeros."""
+    valid lengths (padding, int32 in [0, cols]). A row with no valid key comes back as zeros.
+    `out` may be x itself (in place). Runs on x's device and stream (launch_context)."""
+    rows, cols = check_scores(x, kernel="scale_mask_softmax_fused" if fused else "", items=items)
+    q = check_mask_args(rows, cols, scale, q_len, window, causal)
+    if valid_len is not None:
+        check_valid_len(valid_len, x, rows, cols)
+    if out is not None:
+        check_out(out, x)
     import cupy
 
-    rows, cols = check_scores(x, kernel="scale_mask_softmax_fused" if fused else "", items=items)
-    if window < 0:
-        raise ValueError(f"window must be >= 0 (0 = no window), got {window}")
-    q, vl, use_vl = _mask_args(rows, q_len, valid_len)
-    out = _empty_like(x) if out is None else out
-    check_out(out, rows, cols)
-    mod = load("fused_softmax", items)
-    xc, oc = _to_cupy(x), _to_cupy(out)
-    grid = (row_grid(rows),)
-    if fused:
-        mod.get_function("scale_mask_softmax_fused")(
-            grid, (BLOCK,), (xc, oc, np.int32(rows), np.int32(cols), np.float32(scale), q, np.int32(causal),
-                             np.int32(window), vl, use_vl))
-        return out
-    t1, t2 = cupy.empty_like(xc), cupy.empty_like(xc)
-    n = rows * cols
-    mod.get_function("scale_kernel")((MAX_GRID,), (BLOCK,), (xc, t1, np.int64(n), np.float32(scale)))
-    mod.get_function("add_mask_kernel")((MAX_GRID,), (BLOCK,), (t1, t2, np.int32(rows), np.int32(cols), q,
-                                                                np.int32(causal), np.int32(window), vl, use_vl))
-    mod.get_function("softmax_online_2pass")(grid, (BLOCK,), (t2, oc, np.int32(rows), np.int32(cols)))
+    with launch_context(x):
+        out = _empty_like(x) if out is None else out
+        vl = cupy.zeros(1, dtype=cupy.int32) if valid_len is None else None  # a pointer the kernel never reads
+        mask = (np.int32(q), np.int32(causal), np.int32(window),
+                np.uint64(pointer(vl if valid_len is None else valid_len)), np.int32(valid_len is not None))
+        mod = load("fused_softmax", items)
+        px, po = np.uint64(pointer(x)), np.uint64(pointer(out))
+        grid = (row_grid(rows),)
+        if fused:
+            mod.get_function("scale_mask_softmax_fused")(
+                grid, (BLOCK,), (px, po, np.int32(rows), np.int32(cols), np.float32(scale), *mask))
+            return out
+        t1, t2 = cupy.empty((rows, cols), cupy.float32), cupy.empty((rows, cols), cupy.float32)
+        n = rows * cols
+        mod.get_function("scale_kernel")((MAX_GRID,), (BLOCK,), (px, t1, np.int64(n), np.float32(scale)))
+        mod.get_function("add_mask_kernel")((MAX_GRID,), (BLOCK,), (t1, t2, np.int32(rows), np.int32(cols), *mask))
+        mod.get_function("softmax_online_2pass")(grid, (BLOCK,), (t2, po, np.int32(rows), np.int32(cols)))
     return out
 
 

@@ -29,16 +29,19 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 @triton.jit
 def _normalise(x, LOG: tl.constexpr):
     """Softmax (or log-softmax) along axis 1 of a float32 tile whose masked entries are -inf.
-    A row that is entirely -inf gives zeros (softmax) or -inf (log-softmax), never NaN."""
+    A row that is entirely -inf gives zeros (softmax) or -inf (log-softmax), never NaN; a row with
+    a NaN or +inf gives NaN (as torch.softmax)."""
     m = tl.max(x, axis=1)
     m_safe = tl.where(m == -float("inf"), 0.0, m)  # the -inf guard: never form -inf - -inf
     z = x - m_safe[:, None]
     e = tl.exp(z)
     s = tl.sum(e, axis=1)
+    # An empty row has s = 0: subtract 0 instead of log(0) so its entries stay -inf, and scale by
+    # 0 instead of 1/0. The tests are `s == 0`, not `s > 0`: a NaN s (a NaN or +inf in the row) must
+    # reach every output, never be swapped for a harmless 0.
     if LOG:
-        # an empty row has s = 0: subtract 0 instead of log(0) so its entries stay -inf, not NaN
-        return z - tl.where(s > 0, tl.log(s), 0.0)[:, None]
-    inv = tl.where(s > 0, 1.0 / s, 0.0)
+        return z - tl.where(s == 0, 0.0, tl.log(s))[:, None]
+    inv = tl.where(s == 0, 0.0, 1.0 / s)
     return e * inv[:, None]
 
 
@@ -100,7 +103,7 @@ def softmax_online_kernel(out_ptr, in_ptr, n_cols, in_stride, out_stride, TILE: 
     m_row = tl.max(m, axis=0)
     m_row_safe = tl.where(m_row == -float("inf"), 0.0, m_row)
     s_row = tl.sum(s * tl.exp(m - m_row_safe), axis=0)
-    inv = tl.where(s_row > 0, 1.0 / s_row, 0.0)
+    inv = tl.where(s_row == 0, 0.0, 1.0 / s_row)  # a NaN sum stays NaN (see _normalise)
     for start in tl.range(0, n_cols, TILE):
         mask = start + offs < n_cols
         x = tl.load(src + start + offs, mask=mask, other=-float("inf")).to(tl.float32)
@@ -148,6 +151,31 @@ def _check(x: torch.Tensor, name: str = "x", max_cols: int | None = MAX_ROW_COLS
     return x.shape
 
 
+def _output(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """`out`, checked against x before any launch (a tensor like x: same shape, dtype and device,
+    contiguous, and either x itself, in place, or not overlapping it), or a new tensor like x."""
+    if out is None:
+        return torch.empty_like(x)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    want = f"a contiguous {str(x.dtype).replace('torch.', '')} tensor of shape {tuple(x.shape)} on {x.device}"
+    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device or not out.is_contiguous():
+        raise ValueError(f"out must be {want}; got {str(out.dtype).replace('torch.', '')} {tuple(out.shape)} on "
+                         f"{out.device}{'' if out.is_contiguous() else ' (non-contiguous)'}")
+    a, b = x.data_ptr(), out.data_ptr()
+    n = x.numel() * x.element_size()
+    if a != b and a < b + n and b < a + n:
+        raise ValueError("out overlaps x without being it: pass out=x to work in place, or a separate tensor")
+    return out
+
+
+def _on_device_of(x: torch.Tensor):
+    """x's device as the current one: Triton launches on the current device's current stream."""
+    import contextlib
+
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+
 def _row_config(cols: int, elem_bytes: int):
     """(BLOCK_R, BLOCK_C, num_warps), tuned on the H200 (2026-11-29): short rows are packed
     several to a program so that each program moves about 4 KB (fp32) or 8 KB (16-bit)."""
@@ -174,10 +202,9 @@ def _rows_launch(x, **extra):
 
 def _row_op(x: torch.Tensor, out: torch.Tensor | None, log: bool) -> torch.Tensor:
     _check(x)
-    out = torch.empty_like(x) if out is None else out
-    _check(out, "out")
+    out = _output(x, out)
     grid, meta = _rows_launch(x, LOG=log)
-    with _quiet():
+    with _quiet(), _on_device_of(x):
         softmax_kernel[grid](out, x, x.shape[0], x.shape[1], x.stride(0), out.stride(0), **meta)
     return out
 
@@ -198,16 +225,22 @@ def scale_mask_softmax(x: torch.Tensor, scale: float = 1.0, mask: torch.Tensor |
     """softmax(x * scale + mask [+ causal]) in one pass. `mask` is additive (0 / -inf) and
     broadcastable to x; causal masking is generated from indices with query = row % q_len.
     A row with nothing left unmasked comes back as zeros."""
+    import math
+
     rows, cols = _check(x)
-    out = torch.empty_like(x) if out is None else out
-    _check(out, "out")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
     if q_len is None:
         q_len = rows
-    if q_len < 1 or rows % q_len:
-        raise ValueError(f"q_len must divide rows ({rows}), got {q_len}")
+    if isinstance(q_len, bool) or not isinstance(q_len, int) or q_len < 1 or rows % q_len:
+        raise ValueError(f"q_len must be a positive integer dividing rows ({rows}), got {q_len!r}")
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.device != x.device:
             raise ValueError("mask must be a torch.Tensor on the same device as x")
+        if mask.dtype not in DTYPES:
+            raise TypeError(f"mask has dtype {mask.dtype}: it is additive (0 keeps a score, -inf removes it), "
+                            "so float32, float16 or bfloat16; turn a boolean mask into one with "
+                            "torch.zeros(...).masked_fill(~keep, float('-inf'))")
         try:
             mask = mask.expand(rows, cols)
         except RuntimeError as e:
@@ -215,8 +248,9 @@ def scale_mask_softmax(x: torch.Tensor, scale: float = 1.0, mask: torch.Tensor |
         mstrides = mask.stride()
     else:
         mask, mstrides = x, (0, 0)  # never read: HAS_MASK is False
+    out = _output(x, out)
     grid, meta = _rows_launch(x, CAUSAL=bool(causal), HAS_MASK=mask is not x)
-    with _quiet():
+    with _quiet(), _on_device_of(x):
         scale_mask_softmax_kernel[grid](out, x, mask, rows, cols, x.stride(0), out.stride(0), mstrides[0],
                                         mstrides[1], float(scale), q_len, **meta)
     return out
@@ -225,13 +259,12 @@ def scale_mask_softmax(x: torch.Tensor, scale: float = 1.0, mask: torch.Tensor |
 def softmax_online(x: torch.Tensor, out: torch.Tensor | None = None, tile: int | None = None) -> torch.Tensor:
     """Row softmax for rows of any length: two reads and one write."""
     rows, cols = _check(x, max_cols=None)
-    out = torch.empty_like(x) if out is None else out
-    _check(out, "out", max_cols=None)
+    out = _output(x, out)
     if tile is None:  # 8192-element tiles and 16 warps: the best of the sweep in docs/performance.md
         tile = min(8192, triton.next_power_of_2(cols))
-    if tile & (tile - 1):
-        raise ValueError(f"tile must be a power of two, got {tile}")
-    with _quiet():
+    if isinstance(tile, bool) or not isinstance(tile, int) or tile < 1 or tile & (tile - 1):
+        raise ValueError(f"tile must be a power of two, got {tile!r}")
+    with _quiet(), _on_device_of(x):
         softmax_online_kernel[(rows,)](out, x, cols, x.stride(0), out.stride(0), TILE=tile,
                                        num_warps=4 if tile <= 1024 else 16)
     return out

@@ -203,12 +203,21 @@ void launch(Kernel kernel, unsigned grid, unsigned block, Args... args) {
   }
 }
 
+// The poison an output starts as: NaN (its bits for the 16-bit types), so an element the kernel
+// never writes shows up.
+template <class T>
+T poison() {
+  if constexpr (sizeof(T) == 2) return T(0x7fff);
+  else return T(NAN);
+}
+
 // Outputs get GUARD poisoned elements past their end: a kernel that writes there (an off-by-one
 // bound) is reported, where a GPU would silently overwrite whatever follows.
 constexpr size_t GUARD = 64;
-inline void check_guard(const std::vector<float>& v, size_t n) {
+template <class T>
+void check_guard(const std::vector<T>& v, size_t n) {
   for (size_t i = n; i < v.size(); ++i)
-    if (!std::isnan(v[i])) {
+    if (const T p = poison<T>(); std::memcmp(&v[i], &p, sizeof(T)) != 0) {  // any write, even a NaN of other bits
       std::fprintf(stderr, "the kernel wrote past the end of its output: element %zu of %zu (an off-by-one bound?)\n", i, n);
       std::exit(4);
     }

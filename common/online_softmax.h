@@ -25,7 +25,10 @@ struct MS {
 __device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
 
 __device__ __forceinline__ MS ms_empty() { return MS{A07_NEG_INF, 0.0f}; }
-__device__ __forceinline__ MS ms_of(float x) { return MS{x, x == A07_NEG_INF ? 0.0f : 1.0f}; }
+// One element's state: (x, exp(x - x)). exp(0) = 1 for a finite x; written as x - x + 1 so that
+// +inf and NaN give a NaN sum (inf - inf), as exp(x - m) does in every other kernel: a row with
+// either comes out NaN, never as a softmax that quietly ignored them.
+__device__ __forceinline__ MS ms_of(float x) { return MS{x, x == A07_NEG_INF ? 0.0f : x - x + 1.0f}; }
 
 // combine(): merge two partial states. Associative and commutative, identity (-inf, 0), so the
 // same function reduces elements into a thread's state, lanes in a warp, warps in a block and
@@ -37,8 +40,10 @@ __device__ __forceinline__ MS ms_of(float x) { return MS{x, x == A07_NEG_INF ? 0
 // The guard is load-bearing. With both states empty (a fully-masked row) the rescale factor is
 // exp(-inf - -inf) = exp(nan) = nan, and 0 * nan = nan: the NaN of a masked row is born here.
 // (Written with selects rather than an early return, so warps never diverge inside a reduction.)
+//
+// NaN is never hidden: max_nan() keeps a NaN max, so a NaN anywhere makes the merged state NaN.
 __device__ __forceinline__ MS combine(MS a, MS b) {
-  const float m = fmaxf(a.m, b.m);
+  const float m = max_nan(a.m, b.m);
   const bool a_larger = a.m >= b.m;
   const float f = fast_exp(-fabsf(a.m - b.m));  // exp(smaller max - larger max); NaN if both -inf
   const float s = a_larger ? a.s + b.s * f : a.s * f + b.s;
@@ -52,7 +57,7 @@ __device__ __forceinline__ MS shfl_xor(MS v, int lane_mask) {
 }
 
 struct MaxOp {
-  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  __device__ __forceinline__ float operator()(float a, float b) const { return max_nan(a, b); }
 };
 struct SumOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
@@ -123,10 +128,11 @@ __device__ __forceinline__ MS thread_exp(float (&v)[N], float m) {
 }
 
 // Write the row from e = exp(v - m) (thread_exp's output): y = e * exp(m - M) / S, for the row's
-// (M, S). A fully -inf row (M = -inf) is written as zeros.
+// (M, S). A fully -inf row (M = -inf) is written as zeros. A thread whose elements are all -inf
+// (m = -inf) needs no test: exp(-inf - M) = 0 for any other M, and a NaN M keeps the row NaN.
 template <int N>
 __device__ __forceinline__ void store_row(float* __restrict__ yr, const float (&e)[N], float m, MS row, int cols) {
-  const float f = row.m == A07_NEG_INF || m == A07_NEG_INF ? 0.0f : fast_exp(m - row.m) / row.s;
+  const float f = row.m == A07_NEG_INF ? 0.0f : fast_exp(m - row.m) / row.s;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int c = threadIdx.x + i * BLOCK;

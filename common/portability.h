@@ -34,7 +34,10 @@ typedef cudaDeviceProp gpuDeviceProp;
 
 // 16-bit floats travel as raw bits (unsigned short) so that no vendor header is needed; the
 // conversions are the vendor part. bf16 -> float is a shift and needs nothing special.
-#if defined(A07_HIP_BUILD)
+//
+// Two forms of the device helpers below: plain C++ (HIP, and the CPU target of common/cpu_target.h,
+// whose compiler knows no PTX), and NVIDIA's with the one PTX instruction each stands for.
+#if defined(A07_HIP_BUILD) || defined(A07_CPU_BUILD)
 __device__ __forceinline__ float half_bits_to_float(unsigned short h) {
   return static_cast<float>(__builtin_bit_cast(_Float16, h));
 }
@@ -55,6 +58,9 @@ __device__ __forceinline__ float fast_exp2(float x) { return exp2f(x); }
 __device__ __forceinline__ uint4 load16_if(const void* p, bool inside, unsigned other) {
   return inside ? *reinterpret_cast<const uint4*>(p) : make_uint4(other, other, other, other);
 }
+// max(a, b) that returns NaN when either is NaN (fmaxf drops a NaN and would hide it: a row with a
+// NaN must come out NaN, never as a softmax of the other values).
+__device__ __forceinline__ float max_nan(float a, float b) { return a != a || a > b ? a : b; }
 #define A07_HAS_CLUSTERS 0
 #else
 // 2^x on the special-function unit: the MUFU.EX2 alone. `.ftz`: results below FLT_MIN (1.2e-38)
@@ -112,15 +118,21 @@ __device__ __forceinline__ unsigned pack_bf162(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
-// Lane-wise max of two pairs of 16-bit values (one instruction for two elements).
+// max that keeps a NaN (max.NaN, sm_80 and later: one instruction, as fmaxf's max.f32 is).
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+// Lane-wise max of two pairs of 16-bit values (one instruction for two elements), NaN kept.
 __device__ __forceinline__ unsigned max_bf162(unsigned a, unsigned b) {
   unsigned r;
-  asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
 }
 __device__ __forceinline__ unsigned max_half2(unsigned a, unsigned b) {
   unsigned r;
-  asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   return r;
 }
 // Thread-block clusters and distributed shared memory: NVIDIA sm_90 and later only. Kernels that

@@ -74,7 +74,7 @@ scale_mask_softmax_fused(const float* __restrict__ x, float* __restrict__ y, int
     for (int i = 0; i < ITEMS; ++i) {  // scale and mask in registers: free
       const int c = threadIdx.x + i * BLOCK;
       v[i] = c >= w.lo && c < w.hi ? v[i] * scale : A07_NEG_INF;
-      m = fmaxf(m, v[i]);
+      m = max_nan(m, v[i]);
     }
     const MS st = block_combine(thread_exp(v, m));
     store_row(y + (long long)row * cols, v, m, st, cols);

@@ -45,7 +45,7 @@ softmax_safe_3pass(const float* __restrict__ x, float* __restrict__ y, int rows,
     const float* xr = x + row * cols;
     float* yr = y + row * cols;
     float m = A07_NEG_INF;
-    for (int c = threadIdx.x; c < cols; c += BLOCK) m = fmaxf(m, xr[c]);  // read 1
+    for (int c = threadIdx.x; c < cols; c += BLOCK) m = max_nan(m, xr[c]);  // read 1 (a NaN is kept, never skipped)
     m = block_max(m);
     float s = 0.0f;
     if (m != A07_NEG_INF)
@@ -90,7 +90,7 @@ softmax_online_1pass(const float* __restrict__ x, float* __restrict__ y, int row
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       v[i] = next[i];
-      m = fmaxf(m, v[i]);
+      m = max_nan(m, v[i]);
     }
     load_row(next, x, row + gridDim.x, rows, cols);  // the only read (of the next row)
     const MS st = block_combine(thread_exp(v, m));     // one reduction round for (m, s) together

@@ -20,7 +20,9 @@
 // Common to all: 16-byte vector loads and stores (4 fp32 or 8 fp16/bf16), an element-by-element path
 // for rows whose length or address is not a multiple of 16 bytes, statistics in fp32, (m, s) merged
 // in one reduction round with combine() at every level, one exp per element (except 16-bit rows in
-// a cluster: two, see RowBits), and a fully -inf row written as zeros. Probabilities below FLT_MIN
+// a cluster: two, see RowBits), a fully -inf row written as zeros, every finite input right up to
+// the dtype's largest magnitude (exp_minus), and a NaN or +inf in a row giving a NaN row, as
+// torch.softmax does (docs/contract.md). Probabilities below FLT_MIN
 // (1.2e-38) come out as zero: exp2 is the one-instruction .ftz form, which flushes them (torch.softmax
 // keeps fp32 subnormals; portability.h says why the exact form buys nothing here). The 16-bit types
 // travel as raw bits (f16_t, bf16_t): no vendor fp16 header.
@@ -35,6 +37,14 @@
 #include "online_softmax.h"
 
 #define LOG2E 1.4426950408889634f
+
+// exp(x - m) as 2^((x - m) * log2(e)): one subtraction, one multiply, one EX2. The subtraction
+// comes first, on purpose. The one-FFMA form 2^(x * log2(e) - m * log2(e)) scales x and m before
+// subtracting, and both products overflow once |x| > FLT_MAX / log2(e) (2.4e38): a row filled with
+// the dtype's lowest value (how model libraries build padding masks) then gives -inf - -inf = NaN.
+// x - m <= 0 can only overflow towards -inf, whose exp is the 0 it should be. The extra instruction
+// is free at the copy ceiling (docs/performance.md, results/nvidia-h200/bench.json).
+__device__ __forceinline__ float exp_minus(float x, float m) { return fast_exp2((x - m) * LOG2E); }
 
 struct f16_t { unsigned short bits; };
 struct bf16_t { unsigned short bits; };
@@ -122,19 +132,19 @@ struct RowPart {
   __device__ __forceinline__ MS stats() {
     float m = A07_NEG_INF;
 #pragma unroll
-    for (int i = 0; i < VECS * N; ++i) m = fmaxf(m, v[i]);
-    // exp(x - m) = 2^(x * log2(e) - m * log2(e)): one FFMA and one EX2 per element
-    const float m_scaled = m == A07_NEG_INF ? 0.0f : m * LOG2E;  // no elements: every exp below is 0
+    for (int i = 0; i < VECS * N; ++i) m = max_nan(m, v[i]);
+    const float m_sub = m == A07_NEG_INF ? 0.0f : m;  // no elements: every exp below is 0
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < VECS * N; ++i) s += (v[i] = fast_exp2(fmaf(v[i], LOG2E, -m_scaled)));
+    for (int i = 0; i < VECS * N; ++i) s += (v[i] = exp_minus(v[i], m_sub));
     return MS{m, s};
   }
 
   // y = exp(x - M) / S = exp(x - m_thread) * exp(m_thread - M) / S. A row whose max is -inf
-  // (fully masked) is written as zeros.
+  // (fully masked) is written as zeros; a thread whose elements are all -inf needs no test of its
+  // own (exp(-inf - M) = 0 for any other M, and a NaN M keeps the row NaN).
   __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float m_thread, MS row) {
-    const float f = row.m == A07_NEG_INF || m_thread == A07_NEG_INF ? 0.0f : fast_exp(m_thread - row.m) / row.s;
+    const float f = row.m == A07_NEG_INF ? 0.0f : fast_exp(m_thread - row.m) / row.s;
 #pragma unroll
     for (int i = 0; i < VECS * N; ++i) v[i] *= f;
 #pragma unroll
@@ -278,26 +288,26 @@ struct RowBits {
 #pragma unroll
     for (int j = 0; j < VECS; ++j)
       pair = Bits::max2(Bits::max2(pair, Bits::max2(u[j].x, u[j].y)), Bits::max2(u[j].z, u[j].w));
-    const float m = fmaxf(Bits::lo(pair), Bits::hi(pair));
-    const float m_scaled = m == A07_NEG_INF ? 0.0f : m * LOG2E;
+    const float m = max_nan(Bits::lo(pair), Bits::hi(pair));
+    const float m_sub = m == A07_NEG_INF ? 0.0f : m;
     float s_lo = 0.0f, s_hi = 0.0f;
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        s_lo += fast_exp2(fmaf(Bits::lo(w[k]), LOG2E, -m_scaled));
-        s_hi += fast_exp2(fmaf(Bits::hi(w[k]), LOG2E, -m_scaled));
+        s_lo += exp_minus(Bits::lo(w[k]), m_sub);
+        s_hi += exp_minus(Bits::hi(w[k]), m_sub);
       }
     }
     return MS{m, s_lo + s_hi};
   }
 
-  // y = exp(x - M) / S = 2^(x log2(e) - (M log2(e) + log2(S))): the second exp, and no multiply.
-  // A fully masked row (M = -inf) is written as zeros.
+  // y = exp(x - M) / S = 2^((x - M) log2(e) - log2(S)): the second exp, and no divide (the
+  // subtraction first, as in exp_minus). A fully masked row (M = -inf) is written as zeros.
   __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float, MS row) const {
     const bool masked = row.m == A07_NEG_INF;
-    const float c = masked ? 0.0f : fmaf(row.m, LOG2E, __log2f(row.s));
+    const float log2_s = __log2f(row.s);
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N;
@@ -305,8 +315,8 @@ struct RowBits {
       unsigned out[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        out[k] = masked ? 0u : Bits::pack2(fast_exp2(fmaf(Bits::lo(w[k]), LOG2E, -c)),
-                                           fast_exp2(fmaf(Bits::hi(w[k]), LOG2E, -c)));
+        out[k] = masked ? 0u : Bits::pack2(fast_exp2(fmaf(Bits::lo(w[k]) - row.m, LOG2E, -log2_s)),
+                                           fast_exp2(fmaf(Bits::hi(w[k]) - row.m, LOG2E, -log2_s)));
       if (ALIGNED) {
         if (c0 < cols) *reinterpret_cast<uint4*>(yr + c0) = make_uint4(out[0], out[1], out[2], out[3]);
       } else {

@@ -1,4 +1,6 @@
 """Committed GPU results: they follow the schema, and they are not older than their sources."""
+import re
+
 import pytest
 
 from a07_softmax import provenance, results
@@ -36,7 +38,7 @@ def test_every_timed_output_was_checked_and_the_course_kernels_passed(gpu):
     assert not ours
 
 
-@pytest.mark.parametrize("name", ["run-cuda.txt", "notebooks.txt", "sweeps.txt", "sweeps_row_grid.txt"])
+@pytest.mark.parametrize("name", ["run-cuda.txt", "notebooks.txt", "sweeps.txt", "sweeps_row_grid.txt", "sanitizer.txt"])
 def test_committed_run_logs_name_gpu_date_versions_and_fresh_sources(name):
     p = results.RESULTS / "nvidia-h200" / name
     text = p.read_text()
@@ -44,6 +46,23 @@ def test_committed_run_logs_name_gpu_date_versions_and_fresh_sources(name):
     recorded = provenance.parse_header(text)
     assert recorded, "no sha256 lines in the header"
     assert not provenance.stale_sources(recorded), f"{name} is older than {provenance.stale_sources(recorded)}"
+
+
+def test_the_sanitizer_found_nothing_in_every_kernel_the_course_ships():
+    """results/nvidia-h200/sanitizer.txt (bench/sanitize.py): each tool ran to the end with 0 errors,
+    over every fast-softmax instance softmax() can launch, the lab kernels and the Triton kernels."""
+    from a07_softmax import fast
+
+    text = (results.RESULTS / "nvidia-h200" / "sanitizer.txt").read_text()
+    assert re.search(r"^compute-sanitizer: Version \S+", text, re.M)
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        m = re.search(rf"^{tool}: (\S+) errors over (\d+) launches$", text, re.M)
+        assert m and m.group(1) == "0", f"{tool}: {m.group(0) if m else 'missing'}"
+    launched = set(re.findall(r"^  (\S.*)$", text.split("\nlaunched:\n")[1], re.M))
+    missing = set(fast.instances()) - launched
+    assert not missing, f"fast-softmax instances the sanitizer never saw: {sorted(missing)[:5]}"
+    for name in ("softmax_online_1pass", "scale_mask_softmax fused", "triton softmax_online_kernel"):
+        assert any(n.startswith(name) for n in launched), name
 
 
 def test_schema_check_catches_mistakes():
