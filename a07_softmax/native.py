@@ -259,6 +259,17 @@ def pointer(a) -> int:
     return a.data_ptr() if type(a).__module__.startswith("torch") else a.data.ptr
 
 
+def _cupy_stream_of(torch_stream, dev: int):
+    """A CuPy view of a torch stream: Stream.from_external (the CUDA stream protocol, CuPy 14) where
+    both sides speak it, else ExternalStream on the raw handle."""
+    import cupy
+
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None and hasattr(torch_stream, "__cuda_stream__"):
+        return from_external(torch_stream)
+    return cupy.cuda.ExternalStream(torch_stream.cuda_stream, dev)
+
+
 @contextlib.contextmanager
 def launch_context(x):
     """Make x's device current, and its stream CuPy's current stream, for the launches inside: a
@@ -271,7 +282,7 @@ def launch_context(x):
 
         dev = x.device.index
         with cupy.cuda.Device(dev):
-            with cupy.cuda.ExternalStream(torch.cuda.current_stream(dev).cuda_stream, dev):
+            with _cupy_stream_of(torch.cuda.current_stream(dev), dev):
                 yield
     else:
         with x.device:
