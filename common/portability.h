@@ -184,6 +184,7 @@ __device__ __forceinline__ void cluster_send_float4(float4* slot, unsigned long 
 
 // -inf without <math.h> (NVRTC and hiprtc have none): the IEEE-754 bit pattern.
 #define A07_NEG_INF (__int_as_float(0xff800000))
+#define A07_POS_INF (__int_as_float(0x7f800000))
 
 #ifdef A07_HOST
 #include <cstdio>
