@@ -45,6 +45,8 @@
 // x - m <= 0 can only overflow towards -inf, whose exp is the 0 it should be. The extra instruction
 // is free at the copy ceiling (docs/performance.md, results/nvidia-h200/bench.json).
 __device__ __forceinline__ float exp_minus(float x, float m) { return fast_exp2((x - m) * LOG2E); }
+// Below this |m log2(e)| the one-FFMA form is exact to 2^-12 in the exponent (RowBits uses it).
+#define FFMA_EXP_LIMIT 4096.0f
 
 struct f16_t { unsigned short bits; };
 struct bf16_t { unsigned short bits; };
@@ -289,15 +291,15 @@ struct RowBits {
     for (int j = 0; j < VECS; ++j)
       pair = Bits::max2(Bits::max2(pair, Bits::max2(u[j].x, u[j].y)), Bits::max2(u[j].z, u[j].w));
     const float m = max_nan(Bits::lo(pair), Bits::hi(pair));
-    // This path computes two exps per element and is bound by arithmetic, not memory, so here the
-    // exp keeps the one-FFMA form 2^(x log2(e) - m log2(e)) (exp_minus's subtraction measured 5-8 %
-    // slower on long bf16 rows). The FFMA rounds once, after the exact product, so the form is
-    // right whenever m log2(e) itself is finite: an x far below m still rounds to -inf and gives
-    // 0. Only a max beyond FLT_MAX / log2(e) = 2.4e38 in magnitude (bf16 reaches 3.4e38) breaks it,
-    // and there the answer is simple: fp32's spacing at that magnitude is ~2e31, so x - m is either
-    // 0 or far below -88, and exp(x - m) is 1 where x equals the max and 0 elsewhere.
+    // This path computes two exps per element and is bound by arithmetic, not memory: the exp's
+    // subtraction (exp_minus) cost 5-8 % on long bf16 rows. So where it is exact enough the exp
+    // takes the one-FFMA form 2^(x log2(e) - m log2(e)), whose only error is m log2(e) rounded to
+    // fp32: at most half a unit in its last place, 2^-12 below |m log2(e)| = 4096 (a relative
+    // error of 1.7e-4 in the result, against bf16's 3.9e-3 rounding). Beyond it, for rows with
+    // scores above 2839 in magnitude, where the rounding would grow with m (and m log2(e) overflows
+    // past 2.4e38), the thread takes exp_minus. The choice is one per thread, not per element.
     const float m_scaled = m == A07_NEG_INF ? 0.0f : m * LOG2E;  // no elements: every exp below is 0
-    const bool huge = fabsf(m_scaled) == A07_POS_INF && fabsf(m) != A07_POS_INF;  // a +inf max stays NaN
+    const bool ffma = fabsf(m_scaled) < FFMA_EXP_LIMIT;           // false for a NaN or infinite max too
     float s_lo = 0.0f, s_hi = 0.0f;
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
@@ -305,21 +307,21 @@ struct RowBits {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const float lo = Bits::lo(w[k]), hi = Bits::hi(w[k]);
-        s_lo += huge ? float(lo == m) : fast_exp2(fmaf(lo, LOG2E, -m_scaled));
-        s_hi += huge ? float(hi == m) : fast_exp2(fmaf(hi, LOG2E, -m_scaled));
+        s_lo += ffma ? fast_exp2(fmaf(lo, LOG2E, -m_scaled)) : exp_minus(lo, m);
+        s_hi += ffma ? fast_exp2(fmaf(hi, LOG2E, -m_scaled)) : exp_minus(hi, m);
       }
     }
     return MS{m, s_lo + s_hi};
   }
 
-  // y = exp(x - M) / S = 2^(x log2(e) - (M log2(e) + log2(S))): the second exp, and no divide; for
-  // a max beyond 2.4e38 in magnitude, 1 / S where x equals it and 0 elsewhere (see stats()). A fully
-  // masked row (M = -inf) is written as zeros.
+  // y = exp(x - M) / S = 2^(x log2(e) - (M log2(e) + log2(S))): the second exp, and no divide;
+  // 2^((x - M) log2(e) - log2(S)) where M log2(e) + log2(S) is too large to round finely enough
+  // (see stats()). A fully masked row (M = -inf) is written as zeros.
   __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float, MS row) const {
     const bool masked = row.m == A07_NEG_INF;
-    const float c = masked ? 0.0f : fmaf(row.m, LOG2E, __log2f(row.s));
-    const bool huge = fabsf(row.m * LOG2E) == A07_POS_INF && fabsf(row.m) != A07_POS_INF;
-    const float inv_s = 1.0f / row.s;
+    const float log2_s = __log2f(row.s);
+    const float c = masked ? 0.0f : fmaf(row.m, LOG2E, log2_s);
+    const bool ffma = fabsf(c) < FFMA_EXP_LIMIT;
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N;
@@ -329,8 +331,9 @@ struct RowBits {
       for (int k = 0; k < 4; ++k) {
         const float lo = Bits::lo(w[k]), hi = Bits::hi(w[k]);
         out[k] = masked ? 0u
-                 : huge ? Bits::pack2(lo == row.m ? inv_s : 0.0f, hi == row.m ? inv_s : 0.0f)
-                        : Bits::pack2(fast_exp2(fmaf(lo, LOG2E, -c)), fast_exp2(fmaf(hi, LOG2E, -c)));
+                 : ffma ? Bits::pack2(fast_exp2(fmaf(lo, LOG2E, -c)), fast_exp2(fmaf(hi, LOG2E, -c)))
+                        : Bits::pack2(fast_exp2(fmaf(lo - row.m, LOG2E, -log2_s)),
+                                      fast_exp2(fmaf(hi - row.m, LOG2E, -log2_s)));
       }
       if (ALIGNED) {
         if (c0 < cols) *reinterpret_cast<uint4*>(yr + c0) = make_uint4(out[0], out[1], out[2], out[3]);
