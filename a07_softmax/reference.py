@@ -135,6 +135,17 @@ def online_trace(row):
     return trace
 
 
+def online_trace_no_rescale(row):
+    """The deliberately wrong recurrence: the old sum is never moved onto a new max. For notebook 03's
+    demonstration of the error; exercise 04 asks you to write it (and the right one) yourself."""
+    m, s, trace = NEG_INF, 0.0, []
+    for x in np.asarray(row, dtype=np.float64):
+        m = max(m, float(x))
+        s = s + (math.exp(x - m) if m != NEG_INF else 0.0)
+        trace.append(OnlineState(m, s))
+    return trace
+
+
 def online_softmax(row) -> np.ndarray:
     """Softmax of one row from its final online state (the second pass of the 2-pass kernel)."""
     row = np.asarray(row, dtype=np.float64)

@@ -1,0 +1,157 @@
+"""The notebooks' inline checks (a07_softmax.inline): each passes a right answer and fails every
+wrong one a reader is likely to write, with a message that names the concept; a stub never passes."""
+import math
+
+import numpy as np
+import pytest
+
+from a07_softmax import inline
+
+
+def _verdict(capsys, check, fn):
+    ok = check(fn)
+    return ok, capsys.readouterr().out
+
+
+def naive(x):
+    e = np.exp(x)
+    return e / e.sum()
+
+
+def safe(x):
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def guarded(x):
+    m = x.max()
+    if m == -np.inf:
+        return np.zeros_like(x)
+    e = np.exp(x - m)
+    return e / e.sum()
+
+
+def step(m, s, x):
+    m2 = max(m, x)
+    if m2 == -math.inf:
+        return m2, s
+    return m2, s * math.exp(m - m2) + math.exp(x - m2)
+
+
+def combine(a, b):
+    m = max(a[0], b[0])
+    if m == -math.inf:
+        return m, 0.0
+    return m, a[1] * math.exp(a[0] - m) + b[1] * math.exp(b[0] - m)
+
+
+def attention(scores, V, tile):
+    m, s, o = -np.inf, 0.0, np.zeros(V.shape[1])
+    for i in range(0, len(scores), tile):
+        x, v = scores[i:i + tile], V[i:i + tile]
+        m2 = max(m, x.max())
+        e = np.exp(x - m2)
+        s, o, m = s * np.exp(m - m2) + e.sum(), o * np.exp(m - m2) + e @ v, m2
+    return o / s
+
+
+def tile_softmax(t):
+    m = t.max(axis=1, keepdims=True)
+    m = np.where(np.isneginf(m), 0, m)
+    e = np.exp(t - m)
+    s = e.sum(axis=1, keepdims=True)
+    return np.where(s == 0, 0, e / np.where(s == 0, 1, s))
+
+
+def log_softmax(x):
+    m = x.max()
+    if m == -np.inf:
+        return np.full_like(x, -np.inf)
+    z = x - m
+    return z - np.log(np.exp(z).sum())
+
+
+RIGHT = [(inline.check_gbps, lambda b, ms: b / (ms * 1e-3) / 1e9),
+         (inline.check_softmax, safe), (inline.check_masked_row_softmax, guarded),
+         (inline.check_online_step, step), (inline.check_combine, combine),
+         (inline.check_attention_row, attention), (inline.check_traversals, lambda k: inline.R.traversals(k)),
+         (inline.check_causal_keep, lambda q, c: np.arange(c) <= q), (inline.check_tile_softmax, tile_softmax),
+         (inline.check_log_softmax, log_softmax), (inline.check_owned_column, lambda t, j, G, N: (j * G + t) * N),
+         (inline.check_model_time, lambda t, b, g: t * b / (g * 1e9) * 1e3)]
+
+
+@pytest.mark.parametrize("check,fn", RIGHT, ids=[c.__name__ for c, _ in RIGHT])
+def test_a_right_answer_passes(capsys, check, fn):
+    ok, out = _verdict(capsys, check, fn)
+    assert ok and out.startswith("[v]"), out
+
+
+def _no_rescale_attention(scores, V, tile):
+    m, s, o = -np.inf, 0.0, np.zeros(V.shape[1])
+    for i in range(0, len(scores), tile):
+        x, v = scores[i:i + tile], V[i:i + tile]
+        m2 = max(m, x.max())
+        e = np.exp(x - m2)
+        s, o, m = s * np.exp(m - m2) + e.sum(), o + e @ v, m2   # o not rescaled
+    return o / s
+
+
+WRONG = [
+    (inline.check_gbps, lambda b, ms: b / ms / 1e9, "milliseconds"),
+    (inline.check_gbps, lambda b, ms: b / (ms * 1e-3) / 2**30, "10^9"),
+    (inline.check_softmax, naive, "exp(1000) overflows"),
+    (inline.check_softmax, lambda x: np.exp(x - x.min()) / np.exp(x - x.min()).sum(), "overflow"),
+    (inline.check_softmax, lambda x: np.exp(x - x.mean()) / np.exp(x - x.mean()).sum(), "max"),
+    (inline.check_softmax, lambda x: np.exp(x - x.max()), "divide exp(x - m) by its sum"),
+    (inline.check_softmax, lambda x: safe(x.astype(np.float16)), "not float16"),
+    (inline.check_masked_row_softmax, safe, "fully masked"),
+    (inline.check_online_step, lambda m, s, x: (max(m, x), s + math.exp(x - max(m, x))), "exp(m - m')"),
+    (inline.check_online_step, lambda m, s, x: (max(m, x), s * math.exp(max(m, x) - m) + math.exp(x - max(m, x))
+                                                if m > -math.inf else 1.0), "exp(m - m')"),
+    (inline.check_online_step, lambda m, s, x: (max(m, x), s * math.exp(m - max(m, x)) + math.exp(x - max(m, x))),
+     "NaN"),
+    (inline.check_combine, lambda a, b: (max(a[0], b[0]), a[1] + b[1]), "rescaled"),
+    (inline.check_combine, lambda a, b: (max(a[0], b[0]), a[1] * math.exp(a[0] - max(a[0], b[0])) +
+                                          b[1] * math.exp(b[0] - max(a[0], b[0]))), "-inf"),
+    (inline.check_combine, lambda a, b: (b[0], a[1] * math.exp(a[0] - b[0]) + b[1]) if a[0] > -math.inf else b,
+     "commutative"),
+    (inline.check_combine, lambda a, b: (max(a[0], b[0]), (a[1] + b[1] * math.exp(b[0] - a[0])) if a[0] >= b[0]
+                                          else (a[1] + b[1]) * math.exp(a[0] - b[0])), "rescale"),
+    (inline.check_attention_row, _no_rescale_attention, "rescale o"),
+    (inline.check_attention_row, lambda s, V, t: attention(s[:len(s) // t * t], V[:len(s) // t * t], t), "tail"),
+    (inline.check_traversals, lambda k: inline.R.TRAFFIC[k].reads, "write"),
+    (inline.check_causal_keep, lambda q, c: np.arange(c) < q, "sees itself"),
+    (inline.check_tile_softmax, lambda t: np.exp(t - t.max(axis=1, keepdims=True)) /
+     np.exp(t - t.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True), "fully masked"),
+    (inline.check_tile_softmax, lambda t: np.exp(t - t.max()) / np.exp(t - t.max()).sum(axis=1, keepdims=True),
+     "row"),
+    (inline.check_log_softmax, lambda x: np.log(safe(x)), "underflow"),
+    (inline.check_log_softmax, lambda x: x - np.log(np.exp(x).sum()), "max"),
+    (inline.check_owned_column, lambda t, j, G, N: (t * 8 + j) * N, "neighbouring threads"),
+    (inline.check_model_time, lambda t, b, g: b / (g * 1e9) * 1e3, "multiply by the traversals"),
+    (inline.check_model_time, lambda t, b, g: t * b / (g * 1e9), "milliseconds"),
+]
+
+
+@pytest.mark.parametrize("check,fn,words", WRONG, ids=[f"{c.__name__}-{i}" for i, (c, _, _) in enumerate(WRONG)])
+def test_a_wrong_answer_fails_naming_the_concept(capsys, check, fn, words):
+    ok, out = _verdict(capsys, check, fn)
+    assert not ok and out.startswith("[x]"), out
+    assert words in out, out
+
+
+@pytest.mark.parametrize("check", [c for c, _ in RIGHT], ids=[c.__name__ for c, _ in RIGHT])
+def test_a_stub_is_not_attempted_never_passed(capsys, check):
+    def stub(*args):
+        ...
+
+    def raising(*args):
+        raise NotImplementedError
+
+    for fn in (stub, raising):
+        ok, out = _verdict(capsys, check, fn)
+        assert not ok and "not attempted yet" in out, out
+
+
+def test_the_exp_limit():
+    assert inline.check_exp_limit(88.72) and not inline.check_exp_limit(89.0) and not inline.check_exp_limit(88.0)
