@@ -424,3 +424,36 @@ def check_model_time(fn) -> Verdict:
                 raise _Fail(f"{t} traversals of {nbytes} bytes at {gbps} GB/s: {got}, expected {want:.6g} ms -- {hint}")
         cases.append(run)
     return _run("check_model_time", fn, cases)
+
+
+def check_softmax_backward(fn) -> Verdict:
+    """fn(y, dy) -> dx for y = softmax(x) along the last axis (2-D arrays), given the upstream dy."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(0, 3, size=(5, 13))
+    x[1, ::2] = -np.inf
+    x[2, 4] = 60.0
+    y = R.softmax(x)
+    dy = rng.normal(size=x.shape)
+    want = R.softmax_backward(y, dy)
+
+    def run(f):
+        got = f(y.copy(), dy.copy())
+        g = _array(got, "dx")
+        if g.shape != want.shape:
+            raise _Fail(f"dx: shape {g.shape}, expected {want.shape} -- one gradient per input element")
+        if np.allclose(g, y * (1 - y) * dy):
+            raise _Fail("dx is y (1 - y) dy: that is only the diagonal of the Jacobian; every output depends on "
+                        "every input, so subtract <dy, y> (the row's dot product) from dy")
+        if np.allclose(g, y * (dy - dy.sum(axis=-1, keepdims=True))):
+            raise _Fail("dx uses the plain sum of dy; the term is the dot product <dy, y>")
+        if np.allclose(g, y * (dy - (dy * y).sum())):
+            raise _Fail("dx sums <dy, y> over the whole array; it is one dot product per row (axis=-1, keepdims)")
+        if np.allclose(g, dy - (dy * y).sum(axis=-1, keepdims=True)):
+            raise _Fail("dx is missing the factor y: dx = y * (dy - <dy, y>)")
+        for r, concept in ((0, "dx = y * (dy - <dy, y>)"), (1, "masked entries (y = 0) get no gradient"),
+                           (2, "a row dominated by one score")):
+            try:
+                _compare(g[r], want[r], f"row {r}", rtol=1e-9, floor=1e-12)
+            except _Fail as e:
+                raise _Fail(f"{e} -- {concept}") from None
+    return _run("check_softmax_backward", fn, [run])

@@ -83,6 +83,36 @@ def cross_entropy(logits, targets) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
+# Gradients (float64): what a backward kernel must compute, derived in notebook 08
+# ---------------------------------------------------------------------------------------------
+def softmax_backward(y, dy, axis: int = -1) -> np.ndarray:
+    """dL/dx for y = softmax(x) and upstream dL/dy: y * (dy - <dy, y>) along the row. It needs the
+    output y, not x: a backward kernel reads y and dy once and writes dx once."""
+    y, dy = np.asarray(y, dtype=np.float64), np.asarray(dy, dtype=np.float64)
+    return y * (dy - (dy * y).sum(axis=axis, keepdims=True))
+
+
+def log_softmax_backward(log_y, dy, axis: int = -1) -> np.ndarray:
+    """dL/dx for z = log_softmax(x): dy - softmax(x) * sum(dy), with softmax(x) = exp(z)."""
+    log_y, dy = np.asarray(log_y, dtype=np.float64), np.asarray(dy, dtype=np.float64)
+    with np.errstate(under="ignore"):
+        return dy - np.exp(log_y) * dy.sum(axis=axis, keepdims=True)
+
+
+def cross_entropy_backward(logits, targets, reduction: str = "mean") -> np.ndarray:
+    """dL/dlogits of the cross-entropy: softmax(logits) - onehot(target), divided by the number of
+    rows for reduction="mean"."""
+    g = softmax(logits)
+    rows = np.arange(g.shape[0])
+    g[rows, np.asarray(targets, dtype=np.int64)] -= 1.0
+    if reduction == "mean":
+        g /= g.shape[0]
+    elif reduction != "sum":
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    return g
+
+
+# ---------------------------------------------------------------------------------------------
 # The online (m, s) state
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)

@@ -77,7 +77,8 @@ RIGHT = [(inline.check_gbps, lambda b, ms: b / (ms * 1e-3) / 1e9),
          (inline.check_attention_row, attention), (inline.check_traversals, lambda k: inline.R.traversals(k)),
          (inline.check_causal_keep, lambda q, c: np.arange(c) <= q), (inline.check_tile_softmax, tile_softmax),
          (inline.check_log_softmax, log_softmax), (inline.check_owned_column, lambda t, j, G, N: (j * G + t) * N),
-         (inline.check_model_time, lambda t, b, g: t * b / (g * 1e9) * 1e3)]
+         (inline.check_model_time, lambda t, b, g: t * b / (g * 1e9) * 1e3),
+         (inline.check_softmax_backward, lambda y, dy: y * (dy - (dy * y).sum(-1, keepdims=True)))]
 
 
 @pytest.mark.parametrize("check,fn", RIGHT, ids=[c.__name__ for c, _ in RIGHT])
@@ -130,6 +131,10 @@ WRONG = [
     (inline.check_owned_column, lambda t, j, G, N: (t * 8 + j) * N, "neighbouring threads"),
     (inline.check_model_time, lambda t, b, g: b / (g * 1e9) * 1e3, "multiply by the traversals"),
     (inline.check_model_time, lambda t, b, g: t * b / (g * 1e9), "milliseconds"),
+    (inline.check_softmax_backward, lambda y, dy: y * (1 - y) * dy, "diagonal of the Jacobian"),
+    (inline.check_softmax_backward, lambda y, dy: y * (dy - dy.sum(-1, keepdims=True)), "<dy, y>"),
+    (inline.check_softmax_backward, lambda y, dy: dy - (dy * y).sum(-1, keepdims=True), "factor y"),
+    (inline.check_softmax_backward, lambda y, dy: y * (dy - (dy * y).sum()), "one dot product per row"),
 ]
 
 

@@ -165,3 +165,44 @@ def test_butterfly_simulation_gives_every_lane_the_result(rng):
     assert all(st.m == ref.m and st.s == pytest.approx(ref.s, rel=1e-12) for st in final)
     with pytest.raises(ValueError):
         butterfly(lanes[:6], R.combine)
+
+
+def _autograd(fn, x, dy=None):
+    import torch
+
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    out = fn(xt)
+    out.backward(torch.tensor(dy, dtype=torch.float64) if dy is not None else None)
+    return out.detach().numpy(), xt.grad.numpy()
+
+
+def test_gradients_match_float64_autograd(rng):
+    import torch
+
+    x = rng.normal(0, 6, size=(9, 37))
+    x[1, ::3] = -np.inf           # masked entries: their probability and gradient are 0
+    x[2, 5] = 80.0                # a score far above the rest
+    dy = rng.normal(size=x.shape)
+    y, g = _autograd(lambda t: torch.softmax(t, -1), x, dy)
+    assert np.allclose(R.softmax_backward(y, dy), g, rtol=1e-12, atol=1e-14)
+    z, g = _autograd(lambda t: torch.log_softmax(t, -1), x[[0, 2, 3]], dy[[0, 2, 3]])
+    assert np.allclose(R.log_softmax_backward(z, dy[[0, 2, 3]]), g, rtol=1e-12, atol=1e-14)
+    targets = rng.integers(0, 37, size=9)
+    targets[0], targets[3] = 0, 36  # the ends of the vocabulary
+    xf = np.where(np.isinf(x), -30.0, x)
+    for reduction in ("mean", "sum"):
+        _, g = _autograd(lambda t: torch.nn.functional.cross_entropy(t, torch.tensor(targets), reduction=reduction), xf)
+        assert np.allclose(R.cross_entropy_backward(xf, targets, reduction), g, rtol=1e-12, atol=1e-14)
+
+
+def test_gradient_formulas_catch_the_usual_slips(rng):
+    """The right formulas differ from the slips a derivation invites, on inputs that show it."""
+    x = rng.normal(0, 3, size=(4, 11))
+    dy = rng.normal(size=x.shape)
+    y = R.softmax(x)
+    right = R.softmax_backward(y, dy)
+    assert not np.allclose(right, y * (1 - y) * dy)                     # only the diagonal of the Jacobian
+    assert not np.allclose(right, y * (dy - dy.sum(-1, keepdims=True)))  # <dy, 1> instead of <dy, y>
+    assert np.allclose(right.sum(-1), 0, atol=1e-12)                     # softmax is shift-invariant
+    with pytest.raises(ValueError, match="reduction"):
+        R.cross_entropy_backward(x, [0, 1, 2, 3], "none")
