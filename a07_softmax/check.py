@@ -116,7 +116,81 @@ def mismatch(got, ref, dtype="float32", *, log: bool = False) -> str | None:
     m = first_mismatch(got, ref, tolerance(dtype), log=log, dtype=dtype)
     if m is None:
         return None
-    return f"first mismatch at row {m[0]}, col {m[1]}: got {m[2]:.6g}, expected {m[3]:.6g} (relative error {m[4]:.3g})"
+    text = f"first mismatch at row {m[0]}, col {m[1]}: got {m[2]:.6g}, expected {m[3]:.6g} (relative error {m[4]:.3g})"
+    from .accuracy import max_rel_err
+
+    worst = max_rel_err(got, ref, log=log, dtype=dtype)
+    if np.isfinite(got).all() and worst < 5e-2 and dtype == "float32":
+        text += (f"; every output is within {worst:.1e}, close but not within float32's tolerance: precision "
+                 "lost somewhere (statistics or arithmetic in float16/bfloat16? keep them in float32)")
+    return text
+
+
+def diagnose_block_reduction(got, x, block: int) -> str | None:
+    """Exercise 01's reduction mistakes, recognised by what they compute: the output of a safe
+    softmax whose max or sum was reduced over one thread's columns, or over one warp's, instead of
+    the block's (thread t of a row owns columns t, t + block, ...). None if none of them matches."""
+    got = np.asarray(got, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    rows, cols = x.shape
+    t = np.arange(cols) % block
+    r = np.repeat(np.arange(rows)[:, None], cols, axis=1)
+
+    def group_max(groups, n):
+        m = np.full((rows, n), -np.inf)
+        np.maximum.at(m, (r, np.broadcast_to(groups, x.shape)), x)
+        return m[:, groups]
+
+    def group_sum(v, groups, n):
+        s = np.zeros((rows, n))
+        np.add.at(s, (r, np.broadcast_to(groups, x.shape)), v)
+        return s[:, groups]
+
+    with np.errstate(all="ignore"):
+        whole_max = x.max(axis=1, keepdims=True)
+        signatures = []
+        e = np.exp(x - group_max(t, block))
+        signatures.append((e / e.sum(axis=1, keepdims=True),
+                           "each thread used its own max: reduce the max across the block (block_max) before the "
+                           "exponentials, so that every term is measured against the same max"))
+        e = np.exp(x - whole_max)
+        signatures.append((e / group_sum(e, t, block),
+                           "each thread divided by its own partial sum: reduce the sum across the block (block_sum)"))
+        for warp in (32, 64):
+            if block % warp or block == warp:
+                continue
+            w = t // warp
+            e = np.exp(x - group_max(w, block // warp))
+            signatures.append((e / e.sum(axis=1, keepdims=True),
+                               f"the max was reduced over one warp ({warp} lanes) only: a block of {block} threads has "
+                               f"{block // warp} warps, so combine the warps' results too (block_max)"))
+            e = np.exp(x - whole_max)
+            signatures.append((e / group_sum(e, w, block // warp),
+                               f"the sum was reduced over one warp ({warp} lanes) only: combine the {block // warp} "
+                               "warps' partial sums too (block_sum)"))
+        for sig, words in signatures:
+            if np.allclose(got, sig, rtol=1e-4, atol=1e-7, equal_nan=True):
+                return words
+    return None
+
+
+def diagnose_mask(got, ref) -> str | None:
+    """Exercise 02's masking mistakes: a masked score that got probability, or a row whose unmasked
+    probabilities do not sum to 1 (the statistics saw masked scores)."""
+    got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    masked = ref == 0.0
+    leaked = masked & (np.abs(got) > 0) & ~np.all(masked, axis=1, keepdims=True)
+    if leaked.any():
+        i, j = (int(v) for v in np.argwhere(leaked)[0])
+        return (f"row {i}, col {j} is masked but got probability {got[i, j]:.3g}: a masked score must come out as "
+                "exactly 0, so apply the mask in the loop that writes the outputs too")
+    live = ~np.all(masked, axis=1)
+    sums = got[live].sum(axis=1)
+    if np.isfinite(sums).all() and (np.abs(sums - 1) > 1e-3).any():
+        k = int(np.flatnonzero(np.abs(sums - 1) > 1e-3)[0])
+        return (f"row {int(np.flatnonzero(live)[k])} sums to {sums[k]:.4g}, not 1: the max and the sum included "
+                "masked scores; mask them in the statistics loop too")
+    return None
 
 
 @dataclass
@@ -337,7 +411,9 @@ def cases_cuda(number: str, rng, hidden: bool):
                               {"kernel": "safe_softmax", "grid": [min(rows, 1024)], "block": [BLOCK],
                                "args": [_arr(f"x{k}", **{"as": "cupy"}), {"out": [rows, cols]}, {"int32": rows},
                                         {"int32": cols}], "out_index": 1},
-                              lambda got, ref=ref: mismatch(got, ref), {f"x{k}": hx}, hidden=k >= 6))
+                              lambda got, ref=ref, hx=hx: _with_hint(mismatch(got, ref),
+                                                                     lambda: diagnose_block_reduction(got, hx, BLOCK)),
+                              {f"x{k}": hx}, hidden=k >= 6))
         return cases
     seqs = [(1, True, True), (33, True, True), (257, True, True), (1024, True, True), (100, False, True),
             (64, True, False)]
@@ -358,8 +434,17 @@ def cases_cuda(number: str, rng, hidden: bool):
                                  "args": [_arr(f"x{k}", **{"as": "cupy"}), {"out": [rows, seq]}, {"int32": rows},
                                           {"int32": seq}, {"int32": seq}, {"int32": int(causal)},
                                           _arr(f"n{k}", **{"as": "cupy"}), {"int32": int(padded)}], "out_index": 1},
-                          lambda got, ref=ref: mismatch(got, ref), {f"x{k}": hx, f"n{k}": lens}, hidden=k >= 6))
+                          lambda got, ref=ref: _with_hint(mismatch(got, ref), lambda: diagnose_mask(got, ref)),
+                          {f"x{k}": hx, f"n{k}": lens}, hidden=k >= 6))
     return cases
+
+
+def _with_hint(problem, hint):
+    """A mismatch, with the mistake it looks like where one is recognised."""
+    if problem is None:
+        return None
+    words = hint()
+    return f"{words} ({problem})" if words else problem
 
 
 CASES = {"01": lambda r, h: cases_cuda("01", r, h), "02": lambda r, h: cases_cuda("02", r, h),

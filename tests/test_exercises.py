@@ -2,6 +2,7 @@
 untouched exercises say 'not implemented yet' (never a crash), and a library of the wrong answers
 learners write, each of which must fail (never pass, never read as passed when a check could not
 run) with a message naming the concept."""
+import numpy as np
 import pytest
 
 from a07_softmax import backend, check, cpu_target
@@ -110,7 +111,7 @@ WRONG = {
         "causal mask off by one": (_edit("05", "cols <= row % q_len", "cols < row % q_len"), "causal"),
         "scale applied after the softmax": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float32)"), "scale"),
         "masked loads filled with 0 and kept": (_edit("05", "    keep = inside\n", "    keep = cols >= 0\n"), "tail"),
-        "fp16 statistics": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float16) * scale"), "relative error"),
+        "fp16 statistics": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float16) * scale"), "precision"),
     },
     "06": {
         "no max subtraction": (_edit("06", "    z = x - m\n", "    z = x\n"), "60-100"),
@@ -124,8 +125,8 @@ WRONG = {
     },
     "01": {
         "no max subtraction": (_edit("01", "fast_exp(xr[c] - m)", "fast_exp(xr[c])"), "100.0"),
-        "thread-local max": (_edit("01", "    m = block_max(m);\n", ""), "x"),
-        "thread-local sum": (_edit("01", "    s = block_sum(s);\n", ""), "x"),
+        "thread-local max": (_edit("01", "    m = block_max(m);\n", ""), "each thread used its own max"),
+        "thread-local sum": (_edit("01", "    s = block_sum(s);\n", ""), "its own partial sum"),
         "includes the solution": ('#include "../solutions/01_safe_softmax.cu"\n', "course headers"),
         "includes it through a macro": ('#define S "../solutions/01_safe_softmax.cu"\n#include S\n', "course headers"),
         # on the CPU target these two are named (a deadlock, a write past the end); on a GPU they show
@@ -135,7 +136,8 @@ WRONG = {
         "off-by-one bound on the output": (_edit("01", "for (int c = threadIdx.x; c < cols; c += BLOCK) yr[c]",
                                                  "for (int c = threadIdx.x; c <= cols; c += BLOCK) yr[c]"),
                                            "past the end" if not backend.detect().native else ""),
-        "warp-only reductions": (_edit("01", "    m = block_max(m);\n", "    m = warp_allreduce(m, MaxOp());\n"), "mismatch"),
+        "warp-only reductions": (_edit("01", "    m = block_max(m);\n", "    m = warp_allreduce(m, MaxOp());\n"),
+                                 "reduced over one warp"),
         "a loop that never ends": (_edit("01", "c < cols; c += BLOCK) yr[c]", "c < cols; c += 0) yr[c]"),
                                    "stopped after 8 s inside safe_softmax()", 8),
     },
@@ -143,7 +145,7 @@ WRONG = {
         "no fully-masked guard": (_edit("02", "      if (st.m == A07_NEG_INF) out = 0.0f;\n", ""), "fully-masked"),
         "causal mask off by one": (_edit("02", "c > q", "c >= q"), "causal"),
         "mask in one loop only": (_edit("02", "      // BEGIN SOLUTION\n      if ((causal && c > q) || c >= len) v = A07_NEG_INF;\n      // END SOLUTION\n      float out",
-                                        "      float out", 1), "x"),
+                                        "      float out", 1), "writes the outputs"),
         "padding ignored": (_edit("02", " || c >= len", ""), "padding"),
     },
 }
@@ -253,3 +255,17 @@ def test_each_check_is_announced_as_it_starts():
     results = check.run_check("04", check.find("04", solution=True), progress=seen.append)
     named = [r.name for r in results if r.max_points]
     assert seen and set(seen) <= set(named) and seen[0] == named[0]
+
+
+def test_the_mistake_diagnoses_stay_quiet_on_right_answers(rng):
+    """A right output is never 'recognised' as a mistake (and the hint only ever follows a mismatch)."""
+    from a07_softmax import check
+    from a07_softmax import reference as R
+
+    x = rng.uniform(-4, 4, size=(5, 700)).astype(np.float32)
+    x[0, 3] = 100.0
+    assert check.diagnose_block_reduction(R.softmax(x), x, 256) is None
+    lens = np.array([700, 0, 1, 350, 10])
+    ref = R.scale_mask_softmax(x, 1.0, R.padding_mask(lens, 700))
+    assert check.diagnose_mask(ref, ref) is None
+    assert check._with_hint(None, lambda: "never asked") is None
