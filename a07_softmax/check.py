@@ -40,6 +40,7 @@ EXERCISES = {
     "04": "04_online_trace.py",
     "05": "05_triton_fused_softmax.py",
     "06": "06_log_softmax_cross_entropy.py",
+    "07": "07_flash_attention.py",
 }
 TODO_CU = "// (your code here)"
 TODO_MD = "_(your answer here)_"
@@ -447,8 +448,108 @@ def _with_hint(problem, hint):
     return f"{words} ({problem})" if words else problem
 
 
+def _attention_rows(q, k, v, q_start, causal, n_keys, *, rescale_o=True, rescale_l=True, tile=None):
+    """float64 attention of query rows q (rows q_start, ...) against k, v; with rescale_o /
+    rescale_l False (and a tile), the tiled loop with that mistake, to recognise it in an answer."""
+    rows = q_start + np.arange(q.shape[0])
+    scale = 1.0 / np.sqrt(q.shape[1])
+    cols = np.arange(k.shape[0])
+    keep = (cols[None, :] < n_keys) & ((cols[None, :] <= rows[:, None]) if causal else True)
+    keep = np.broadcast_to(keep, (q.shape[0], k.shape[0]))
+    s = np.where(keep, q @ k.T * scale, -np.inf)
+    if rescale_o and rescale_l:
+        out = np.zeros((q.shape[0], v.shape[1]))
+        live = keep.any(axis=1)
+        if live.any():
+            from . import reference as R
+            out[live] = R.softmax(s[live], axis=1) @ v
+        return out
+    m = np.full(q.shape[0], -np.inf)
+    l, o = np.zeros(q.shape[0]), np.zeros((q.shape[0], v.shape[1]))
+    with np.errstate(all="ignore"):
+        for start in range(0, k.shape[0], tile):
+            c = slice(start, start + tile)
+            m_new = np.maximum(m, s[:, c].max(axis=1))
+            ref = np.where(np.isneginf(m_new), 0.0, m_new)
+            a = np.exp(m - ref)
+            p = np.exp(s[:, c] - ref[:, None])
+            l = (l * a if rescale_l else l) + p.sum(axis=1)
+            o = (o * a[:, None] if rescale_o else o) + p @ v[c]
+            m = m_new
+        return o / np.where(l == 0, 1.0, l)[:, None]
+
+
+def cases_07(rng, hidden: bool):
+    cases = []
+    ends = [((0, 16, 100), "the first block of queries"), ((32, 48, 100), "a block in the middle"),
+            ((32, 48, 40), "a block past the last valid key (key padding)"), ((0, 16, 0), "no valid key at all")]
+    if hidden:
+        a = int(rng.integers(1, 50)) * 16
+        ends.append(((a, a + 16, int(rng.integers(0, a + 40))), "hidden random block"))
+    for i, ((q0, q1, n), what) in enumerate(ends):
+        want = min(n, q1)
+
+        def judge(got, want=want, q0=q0, q1=q1, n=n):
+            got = int(np.asarray(got).reshape(-1)[0])
+            if got == want:
+                return None
+            if got == min(n, q0):
+                return (f"{got}: that skips the block's diagonal tile, whose keys q_start..q_end - 1 its rows see "
+                        f"(query i sees key i); the end is min(n_keys, q_end) = {want}")
+            if got == min(n, q1 - 1):
+                return f"{got}: off by one; query q_end - 1 sees key q_end - 1, and the end is exclusive: {want}"
+            if got == n and n > q1:
+                return (f"{got}: every key is visited, but keys from q_end on are masked for every row of the block; "
+                        f"skipping them (end {want}) is the causal saving, about half the work")
+            return f"{got}, expected {want}: the keys a causal block needs end at min(n_keys, q_end)"
+        cases.append(Case(f"causal_key_end: {what} (q {q0}..{q1}, {n} keys)",
+                          {"fn": "causal_key_end", "args": [q0, q1, n]}, judge, hidden=what.startswith("hidden")))
+    blocks = [("causal, a middle block of 16 rows, tiles of 16", 48, 16, 8, 16, True, 48, 16, False),
+              ("causal, scores rising from tile to tile (the max moves every tile)", 64, 16, 8, 48, True, 64, 16, True),
+              ("not causal, 37 keys in tiles of 16 (a short last tile)", 37, 12, 8, 0, False, 37, 16, False),
+              ("key padding: 5 valid keys of 40", 40, 16, 8, 16, True, 5, 8, False),
+              ("causal, the first block: query 0 sees key 0 only", 40, 16, 8, 0, True, 40, 8, False),
+              ("key padding: one valid key", 40, 16, 8, 16, True, 1, 16, False)]
+    if hidden:
+        s_len = int(rng.integers(20, 200))
+        blocks.append(("hidden random block", s_len, 16, 16, int(rng.integers(0, s_len // 16)) * 16, True,
+                       int(rng.integers(0, s_len + 1)), int(rng.choice([8, 16, 32])), False))
+    for i, (what, s_len, m_rows, d, q0, causal, n, tile, rising) in enumerate(blocks):
+        k = rng.normal(size=(s_len, d))
+        v = rng.normal(size=(s_len, d))
+        q = rng.normal(size=(m_rows, d))
+        if rising:
+            k = q.mean(axis=0)[None, :] * np.linspace(0, 4, s_len)[:, None] + 0.01 * k
+        want = _attention_rows(q, k, v, q0, causal, n)
+        sigs = [(_attention_rows(q, k, v, q0, causal, n, rescale_o=False, tile=tile),
+                 "o was not rescaled when the max moved: multiply o by exp(m_old - m_new), as l is"),
+                (_attention_rows(q, k, v, q0, causal, n, rescale_l=False, tile=tile),
+                 "l was not rescaled when the max moved: multiply it by exp(m_old - m_new)")]
+
+        def judge(got, want=want, sigs=sigs):
+            got = np.asarray(got, dtype=np.float64)
+            if got.shape != want.shape:
+                return f"output shape {got.shape}, expected {want.shape}"
+            dead = ~want.any(axis=1)
+            if dead.any() and not np.all(got[dead] == 0):
+                return ("a row that sees no key must be exactly zeros (got NaN or values): guard the -inf max "
+                        "before forming exp(m - m_new), and divide by l only where l > 0")
+            bad = mismatch(got, want, "float64")
+            if bad is None:
+                return None
+            for sig, words in sigs:
+                if np.allclose(got, sig, rtol=1e-6, atol=1e-9, equal_nan=True) and not np.allclose(sig, want):
+                    return f"{words} ({bad})"
+            return bad
+        cases.append(Case(f"attention_block: {what}",
+                          {"fn": "attention_block", "args": [_arr(f"q{i}"), _arr(f"k{i}"), _arr(f"v{i}"), q0, causal, n,
+                                                             tile]},
+                          judge, {f"q{i}": q, f"k{i}": k, f"v{i}": v}, hidden=what.startswith("hidden")))
+    return cases
+
+
 CASES = {"01": lambda r, h: cases_cuda("01", r, h), "02": lambda r, h: cases_cuda("02", r, h),
-         "04": cases_04, "05": cases_05, "06": cases_06}
+         "04": cases_04, "05": cases_05, "06": cases_06, "07": cases_07}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -123,6 +123,18 @@ WRONG = {
         "cross-entropy of the next class": (_edit("06", "targets[:, None].long()", "(targets[:, None].long() + 1) % logits.shape[1]"),
                                             "cross_entropy"),
     },
+    "07": {
+        "o not rescaled": (_edit("07", "o = o * alpha[:, None] + p @ v[cols]", "o = o + p @ v[cols]"), "o was not rescaled"),
+        "l not rescaled": (_edit("07", "l = l * alpha + p.sum(axis=1)", "l = l + p.sum(axis=1)"), "l was not rescaled"),
+        "causal end skips the diagonal tile": (_edit("07", "return min(n_keys, q_end)", "return min(n_keys, q_start)"),
+                                               "diagonal tile"),
+        "causal end off by one": (_edit("07", "return min(n_keys, q_end)", "return min(n_keys, q_end - 1)"),
+                                  "off by one"),
+        "causal end ignores the block (visits every tile)": (_edit("07", "return min(n_keys, q_end)", "return n_keys"),
+                                                              "causal saving"),
+        "exp against the old max": (_edit("07", "p = np.exp(s - m_ref[:, None])",
+                                          "p = np.exp(s - np.where(np.isneginf(m), 0.0, m)[:, None])"), "attention_block"),
+    },
     "01": {
         "no max subtraction": (_edit("01", "fast_exp(xr[c] - m)", "fast_exp(xr[c])"), "100.0"),
         "thread-local max": (_edit("01", "    m = block_max(m);\n", ""), "each thread used its own max"),

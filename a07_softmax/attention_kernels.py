@@ -1,0 +1,72 @@
+"""The Triton kernel of Lab 4 (a07_softmax.attention launches it; read it there first). A module of
+its own so that importing a07_softmax.attention needs no triton, and so that the kernel and its
+helper are module-level names, which is how @triton.jit functions find each other."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _mm(a, b, IEEE: tl.constexpr):
+    # fp32 inputs: full-precision products (tl.dot would use TF32 on a GPU and lose 3 digits)
+    if IEEE:
+        return tl.dot(a, b, input_precision="ieee")
+    return tl.dot(a, b)
+
+
+@triton.jit
+def attention_fwd_kernel(Q, K, V, O, KV_LEN, seq, sm_scale, heads,
+                         stride_b, stride_h, stride_s,
+                         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         CAUSAL: tl.constexpr, HAS_KV_LEN: tl.constexpr, IEEE: tl.constexpr,
+                         UPCAST: tl.constexpr):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // heads
+    h = bh % heads
+    base = b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + base + offs_m[:, None] * stride_s + offs_d[None, :], mask=offs_m[:, None] < seq, other=0.0)
+    if UPCAST:  # the interpreter's tl.dot mishandles bfloat16: compute in float32 there
+        q = q.to(tl.float32)
+    n_keys = seq
+    if HAS_KV_LEN:
+        n_keys = tl.minimum(tl.load(KV_LEN + b), seq)
+    # causal: keys past the last query row of this tile are never needed, so their tiles are
+    # never loaded (block skipping); the diagonal tile is masked element by element below
+    hi = n_keys
+    if CAUSAL:
+        hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
+    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    for start in tl.range(0, hi, BLOCK_N):
+        cols = start + offs_n
+        kv_mask = cols[:, None] < n_keys
+        k = tl.load(K + base + cols[:, None] * stride_s + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(V + base + cols[:, None] * stride_s + offs_d[None, :], mask=kv_mask, other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = _mm(q, tl.trans(k), IEEE) * sm_scale
+        keep = cols[None, :] < n_keys
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= offs_m[:, None])
+        s = tl.where(keep, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # the -inf guard: a row with nothing visible yet keeps m = -inf; measure against 0
+        # instead, so that no -inf - -inf is formed (its exps are 0 and l, o stay 0). With
+        # causal masks and right padding every processed tile shows a row at least key 0, so
+        # the guard only matters for masks that can hide a row's first tiles (sliding windows,
+        # left padding); it is kept so that adding one cannot bring the NaN back.
+        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_ref)
+        p = tl.exp(s - m_ref[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, IEEE)  # o rescaled like l
+        m_i = m_new
+    out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]          # no visible key: zeros
+    tl.store(O + base + offs_m[:, None] * stride_s + offs_d[None, :], out.to(O.dtype.element_ty),
+             mask=offs_m[:, None] < seq)
+

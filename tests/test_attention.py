@@ -1,0 +1,91 @@
+"""Lab 4's fused attention forward (a07_softmax.attention) against float64 attention: in the Triton
+interpreter on a CPU (small sizes), compiled on a GPU (`pytest -m gpu`). Outputs are poisoned first;
+key padding includes a length of 0 (rows that see no key must be zeros), lengths of 1 and tails past a
+tile; scores that rise from tile to tile make every tile move the max (o must be rescaled)."""
+import numpy as np
+import pytest
+
+from a07_softmax import accuracy, backend
+
+DEVICE = backend.detect().triton_device
+if DEVICE is None:
+    pytest.skip("triton is not installed here (Linux only): the attention kernel cannot run", allow_module_level=True)
+import torch  # noqa: E402
+
+from a07_softmax import attention as A  # noqa: E402
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def _case(rng, b, h, s, d, dtype, device, rising=False):
+    q, k, v = (rng.normal(size=(b, h, s, d)) for _ in range(3))
+    if rising:  # key j aligned with every query and growing with j: the max moves at every tile
+        k = q.mean(axis=2, keepdims=True) * np.linspace(0.0, 3.0, s)[None, None, :, None] + 0.01 * k
+    return [torch.tensor(t).to(dtype).to(device) for t in (q, k, v)]
+
+
+def _err(got, ref):
+    return float(np.abs(got.double().cpu().numpy() - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def _check(rng, b, h, s, d, dtype, causal, kv, device, rising=False, **blocks):
+    q, k, v = _case(rng, b, h, s, d, dtype, device, rising)
+    kv_len = None if kv is None else torch.tensor(kv, dtype=torch.int32, device=device)
+    out = torch.full_like(q, float("nan"))
+    A.flash_attention(q, k, v, causal=causal, kv_len=kv_len, out=out, **blocks)
+    ref = A.reference(*(t.double().cpu().numpy() for t in (q, k, v)), causal=causal, kv_len=kv)
+    where = f"{dtype} b{b} h{h} s{s} d{d} causal={causal} kv_len={kv}"
+    assert _err(out, ref) <= accuracy.tolerance(dtype), (where, _err(out, ref))
+    if kv is not None:
+        for i, n in enumerate(kv):
+            if n == 0:
+                assert not out[i].float().any(), f"{where}: a row that sees no key must be zeros"
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("s", [1, 5, 16, 17, 37])
+@pytest.mark.parametrize("causal", [False, True])
+def test_against_float64_in_the_interpreter_or_on_the_gpu(rng, dtype, s, causal):
+    _check(rng, 3, 2, s, 16, dtype, causal, None, DEVICE)
+    _check(rng, 3, 2, s, 32, dtype, causal, [0, 1, s], DEVICE)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_tile_moves_the_max(rng, causal):
+    """Rising scores: without rescaling o by exp(m_old - m_new) the output would be dominated by the
+    first tiles; 4 key tiles of 16."""
+    _check(rng, 1, 2, 64, 16, torch.float32, causal, None, DEVICE, rising=True, block_m=16, block_n=16)
+
+
+def test_head_dim_64_and_tails(rng):
+    _check(rng, 1, 1, 70, 64, torch.float16, True, [45], DEVICE)
+
+
+def test_bad_arguments_are_refused_before_a_launch():
+    q = torch.zeros(1, 1, 4, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="head_dim"):
+        A.flash_attention(*(torch.zeros(1, 1, 4, 24, device=DEVICE),) * 3)
+    with pytest.raises(ValueError, match="share shape"):
+        A.flash_attention(q, q, torch.zeros(1, 1, 5, 16, device=DEVICE))
+    with pytest.raises(ValueError, match=r"\[0, seq = 4\]"):
+        A.flash_attention(q, q, q, kv_len=torch.tensor([5], dtype=torch.int32, device=DEVICE))
+    with pytest.raises(ValueError, match="int32"):
+        A.flash_attention(q, q, q, kv_len=torch.tensor([2], dtype=torch.int64, device=DEVICE))
+    with pytest.raises(TypeError, match="float64"):
+        A.flash_attention(*(torch.zeros(1, 1, 4, 16, dtype=torch.float64, device=DEVICE),) * 3)
+
+
+def test_the_traffic_model():
+    bh, s, d = 32, 4096, 64
+    fused, naive = A.traffic_bytes(bh, s, d, 2), A.traffic_bytes(bh, s, d, 2, fused=False)
+    assert fused == 4 * bh * s * d * 2
+    assert naive - fused == 4 * bh * s * s * 4   # scores written and read, probabilities written and read
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_on_the_gpu_at_real_lengths(rng, dtype, d):
+    for s, causal, kv in ((1, True, None), (100, False, [0, 77]), (1000, True, [1000, 3]), (4097, True, None)):
+        _check(rng, 2, 2, s, d, dtype, causal, kv, "cuda")
