@@ -1,0 +1,164 @@
+"""Cross-entropy with its gradient in the same kernel (issue 25, in progress: the Triton twin and the
+autograd function; the CUDA kernel of the fast family comes next).
+
+    loss = a07_softmax.cross_entropy.cross_entropy(logits, target)    # like F.cross_entropy
+
+Eager PyTorch computes the loss by writing the (rows, vocab) log-probabilities, and the gradient in
+a backward pass that reads them again. Here one kernel computes, per row, the log-sum-exp (the
+online (m, s) of notebook 03), the loss, and the gradient softmax(x) - onehot(t), already scaled
+for the reduction; the backward pass only multiplies that stored gradient by the upstream gradient.
+Options as F.cross_entropy: ignore_index, reduction ("mean", "sum", "none"), label_smoothing; plus
+z_loss, the coefficient of lse^2 added to each row's loss (as in PaLM). The gradient may overwrite
+the logits (inplace=True): then no (rows, vocab) tensor is allocated at all.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import reference as R
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def reference(logits, target, *, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0,
+              z_loss: float = 0.0):
+    """(loss, dloss/dlogits) in float64 with F.cross_entropy's conventions (plus z_loss); the mean of
+    an all-ignored batch is NaN, its gradient zeros, as in PyTorch."""
+    x = np.asarray(logits, dtype=np.float64)
+    t = np.asarray(target, dtype=np.int64)
+    rows, v = x.shape
+    keep = t != ignore_index
+    tt = np.where(keep, t, 0)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        m = x.max(axis=1)
+        m_ref = np.where(np.isneginf(m), 0.0, m)
+        lse = m_ref + np.log(np.exp(x - m_ref[:, None]).sum(axis=1))
+        target_term = (1 - label_smoothing) * x[np.arange(rows), tt] if label_smoothing < 1 else 0.0
+        smooth_term = label_smoothing * x.mean(axis=1) if label_smoothing > 0 else 0.0   # 0 * -inf is NaN
+        loss = lse - target_term - smooth_term + z_loss * lse ** 2
+        p = np.exp(x - lse[:, None])
+    onehot = np.zeros_like(x)
+    onehot[np.arange(rows), tt] = 1.0
+    g = (p - onehot) + 2 * z_loss * lse[:, None] * p + label_smoothing * (onehot - 1.0 / v)
+    loss = np.where(keep, loss, 0.0)
+    g[~keep] = 0.0
+    if reduction == "mean":
+        n = keep.sum()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return loss.sum() / n, g / max(n, 1)
+    if reduction == "sum":
+        return loss.sum(), g
+    return loss, g
+
+
+def _check(logits, target, ignore_index, reduction, label_smoothing, z_loss):
+    import torch
+
+    if not isinstance(logits, torch.Tensor) or not isinstance(target, torch.Tensor):
+        raise TypeError("logits and target must be torch tensors")
+    if logits.dim() != 2 or logits.shape[0] < 1 or logits.shape[1] < 1:
+        raise ValueError(f"logits must be (rows, vocab) with rows, vocab >= 1, got shape {tuple(logits.shape)}")
+    if logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"logits have dtype {logits.dtype}; supported: float32, float16, bfloat16")
+    if target.shape != (logits.shape[0],) or target.dtype not in (torch.int32, torch.int64) \
+            or target.device != logits.device:
+        raise ValueError(f"target must be an integer tensor of shape ({logits.shape[0]},) on {logits.device}, "
+                         f"got {target.dtype} {tuple(target.shape)} on {target.device}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
+    if not (0.0 <= label_smoothing <= 1.0):
+        raise ValueError(f"label_smoothing must lie in [0, 1], got {label_smoothing}")
+    if not (math.isfinite(z_loss) and z_loss >= 0):
+        raise ValueError(f"z_loss must be a finite number >= 0, got {z_loss}")
+    if not logits.is_contiguous():
+        raise ValueError("logits are not contiguous; pass logits.contiguous()")
+    bad = (target != ignore_index) & ((target < 0) | (target >= logits.shape[1]))
+    if bool(bad.any()):  # one synchronisation, for an error instead of a silent out-of-bounds read
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"target[{i}] = {int(target[i])} is outside [0, vocab = {logits.shape[1]}) and is not "
+                         f"ignore_index ({ignore_index})")
+
+
+def _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out):
+    """Per-row losses and, into grad_out, the gradient of the reduced loss (upstream gradient 1)."""
+    import contextlib
+
+    import torch
+    import triton
+
+    from .cross_entropy_kernels import cross_entropy_fwd_bwd_kernel
+
+    rows, vocab = logits.shape
+    losses = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    n_valid = (target != ignore_index).sum().to(torch.float32).reshape(1)   # on the device: no sync
+    interp = not logits.is_cuda
+    tile = min(triton.next_power_of_2(vocab), 64 if interp else 8192)
+    ctx = torch.cuda.device(logits.device) if logits.is_cuda else contextlib.nullcontext()
+    with ctx, np.errstate(all="ignore"):
+        cross_entropy_fwd_bwd_kernel[(rows,)](
+            logits, target, losses, grad_out if grad_out is not None else logits, n_valid, vocab, logits.stride(0),
+            grad_out.stride(0) if grad_out is not None else 0, ignore_index, float(label_smoothing), float(z_loss),
+            TILE=tile, REDUCE_MEAN=reduction == "mean", WRITE_GRAD=grad_out is not None,
+            **({} if interp else {"num_warps": 16 if tile >= 4096 else 4}))
+    if reduction == "none":
+        return losses
+    total = losses.sum()
+    return total / n_valid[0] if reduction == "mean" else total
+
+
+def _function():
+    import torch
+
+    class CrossEntropy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, z_loss, inplace):
+            grad = logits if inplace else torch.empty_like(logits)
+            loss = _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad)
+            ctx.save_for_backward(grad)
+            ctx.reduction = reduction
+            if inplace:
+                # the logits now hold the gradient: bump their version so that any other operation
+                # that saved them for its own backward raises instead of reading the gradient
+                torch.autograd.graph.increment_version(logits)
+            return loss
+
+        @staticmethod
+        def backward(ctx, grad_loss):
+            (grad,) = ctx.saved_tensors
+            # the stored gradient is that of the loss itself; scale it by the upstream gradient, a
+            # scalar or (reduction="none") one value per row, without asking the host what it is
+            scale = grad_loss[:, None] if ctx.reduction == "none" else grad_loss
+            return grad * scale.to(grad.dtype), None, None, None, None, None, None
+
+    return CrossEntropy
+
+
+_FN = []
+
+
+def cross_entropy(logits, target, *, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0, z_loss: float = 0.0, inplace: bool = False):
+    """F.cross_entropy(logits, target, ...) for (rows, vocab) logits (fp32, fp16, bf16) with the loss
+    in fp32 and the gradient computed in the same kernel. `inplace`: the gradient overwrites the
+    logits (which then must not be needed again). Without autograd (no grad required) only the
+    loss is computed."""
+    _check(logits, target, ignore_index, reduction, label_smoothing, z_loss)
+    if not logits.requires_grad:
+        return _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, None)
+    if not _FN:
+        _FN.append(_function())
+    return _FN[0].apply(logits, target, ignore_index, reduction, label_smoothing, z_loss, inplace)
+
+
+def traffic_bytes(rows: int, vocab: int, elem_bytes: int = 2, *, fused: bool = True) -> int:
+    """The model's bytes for loss + gradient. Fused (this kernel, the CUDA kernel to come): the
+    logits read once and the gradient written once (the Triton twin reads them twice). Eager
+    PyTorch: log_softmax (read, write), the loss gathers a column; backward: read the
+    log-probabilities, write the gradient (fp32 intermediates counted at elem_bytes too)."""
+    n = rows * vocab * elem_bytes
+    return 2 * n if fused else 4 * n
+
+
+__all__ = ["cross_entropy", "reference", "traffic_bytes", "R"]

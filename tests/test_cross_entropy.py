@@ -1,0 +1,149 @@
+"""The fused cross-entropy (a07_softmax.cross_entropy): its float64 reference against PyTorch's
+autograd, then the Triton twin and the autograd function against the reference, in the interpreter on
+a CPU and compiled on a GPU (`pytest -m gpu`): every reduction, label smoothing, z-loss, ignored rows
+(an all-ignored batch included), V = 1, targets at both ends of the vocabulary, huge and -inf
+logits, a non-scalar upstream gradient, the gradient written over the logits."""
+import numpy as np
+import pytest
+
+from a07_softmax import accuracy, backend
+
+DEVICE = backend.detect().triton_device
+if DEVICE is None:
+    pytest.skip("triton is not installed here (Linux only): the cross-entropy kernel cannot run", allow_module_level=True)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from a07_softmax import cross_entropy as CE  # noqa: E402
+
+
+def _logits(rng, rows, vocab, scale=8.0):
+    return rng.normal(0, scale, size=(rows, vocab))
+
+
+def _targets(rng, rows, vocab, ignored=(1,)):
+    t = rng.integers(0, vocab, size=rows)
+    t[0], t[-1] = 0, vocab - 1             # the ends of the vocabulary
+    for i in ignored:
+        if i < rows:
+            t[i] = -100
+    return t
+
+
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+@pytest.mark.parametrize("smoothing", [0.0, 0.2])
+def test_the_reference_is_pytorchs_autograd_in_float64(rng, reduction, smoothing):
+    x = _logits(rng, 9, 50)
+    x[2, 7] = -np.inf
+    t = _targets(rng, 9, 50)
+    t[2] = 3
+    for z in (0.0, 1e-3):
+        xt = torch.tensor(x, requires_grad=True)
+        per_row = F.cross_entropy(xt, torch.tensor(t), reduction="none", label_smoothing=smoothing)
+        per_row = per_row + z * torch.logsumexp(xt, 1) ** 2 * (torch.tensor(t) != -100)
+        n = int((torch.tensor(t) != -100).sum())
+        loss = per_row.sum() / n if reduction == "mean" else per_row.sum() if reduction == "sum" else per_row
+        upstream = torch.tensor(rng.normal(size=9)) if reduction == "none" else torch.tensor(1.7, dtype=torch.float64)
+        loss.backward(upstream)
+        ref_loss, ref_grad = CE.reference(x, t, reduction=reduction, label_smoothing=smoothing, z_loss=z)
+        assert np.allclose(ref_loss, loss.detach().numpy(), rtol=1e-12, atol=1e-12)
+        scale = upstream.numpy()[:, None] if reduction == "none" else upstream.item()
+        assert np.allclose(ref_grad * scale, xt.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def _grad_err(got, ref):
+    """Normwise: the largest error against the largest gradient entry. A gradient entry is a
+    difference (p - onehot - smoothing / V) that can cancel to almost nothing, where an elementwise
+    relative error measures the rounding of its terms, not the kernel (PyTorch's own fp32 gradient
+    misses the elementwise float32 tolerance there too)."""
+    ref = np.asarray(ref, dtype=np.float64)
+    return float(np.abs(np.asarray(got, dtype=np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def _run(x, t, dtype, device, reduction="mean", smoothing=0.0, z=0.0, upstream=None, inplace=False):
+    xt = torch.tensor(x).to(dtype).to(device)
+    x_seen = xt.double().cpu().numpy()
+    leaf = xt.clone().requires_grad_(True)
+    src = leaf * 1 if inplace else leaf          # in place needs a non-leaf tensor
+    loss = CE.cross_entropy(src, torch.tensor(t).to(device), reduction=reduction, label_smoothing=smoothing,
+                            z_loss=z, inplace=inplace)
+    loss.backward(upstream.to(device) if upstream is not None else None)
+    return x_seen, loss.detach().float().cpu().numpy(), leaf.grad.float().cpu().numpy()
+
+
+CASES = [("ordinary", 7, 100, 8.0), ("one class (V = 1)", 4, 1, 8.0), ("a tail past the tile", 5, 1000, 8.0),
+         ("huge logits", 4, 300, 3e3)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("what,rows,vocab,scale", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("reduction", CE.REDUCTIONS)
+def test_kernel_and_autograd_against_float64(rng, dtype, what, rows, vocab, scale, reduction):
+    x = _logits(rng, rows, vocab, scale)
+    if vocab > 3:
+        x[rows - 1, 1] = -np.inf                  # a -inf logit that is not the target
+    t = _targets(rng, rows, vocab)
+    upstream = torch.tensor(rng.normal(size=rows), dtype=torch.float32) if reduction == "none" else None
+    for smoothing, z in ((0.0, 0.0), (0.1, 1e-4)):
+        seen, loss, grad = _run(x, t, dtype, DEVICE, reduction, smoothing, z, upstream)
+        ref_loss, ref_grad = CE.reference(seen, t, reduction=reduction, label_smoothing=smoothing, z_loss=z)
+        if upstream is not None:
+            ref_grad = ref_grad * upstream.double().numpy()[:, None]
+        where = f"{what} {dtype} {reduction} smoothing={smoothing} z={z}"
+        assert accuracy.max_rel_err(loss, ref_loss, log=True) <= accuracy.tolerance("float32"), where
+        assert _grad_err(grad, ref_grad) <= accuracy.tolerance(dtype), where
+
+
+def test_an_all_ignored_batch_is_nan_with_zero_gradient_as_in_pytorch(rng):
+    x = _logits(rng, 3, 20)
+    t = np.full(3, -100)
+    _, loss, grad = _run(x, t, torch.float32, DEVICE)
+    assert np.isnan(loss) and not grad.any()
+    _, loss, grad = _run(x, t, torch.float32, DEVICE, reduction="sum")
+    assert loss == 0 and not grad.any()
+
+
+def test_the_gradient_can_overwrite_the_logits(rng):
+    x = _logits(rng, 6, 300)
+    t = _targets(rng, 6, 300)
+    seen, loss, grad = _run(x, t, torch.float32, DEVICE, inplace=True)
+    ref_loss, ref_grad = CE.reference(seen, t)
+    assert _grad_err(grad, ref_grad) <= accuracy.tolerance("float32")
+
+
+def test_the_target_class_gradient_is_formed_in_fp32(rng):
+    """bf16 logits where the target holds almost all the mass: p - 1 is about -1e-4, which bf16
+    cannot form from a rounded p (p rounds to 1.0 and the difference to 0)."""
+    x = np.zeros((2, 64))
+    x[:, 5] = 12.0
+    t = np.array([5, 5])
+    seen, _, grad = _run(x, t, torch.bfloat16, DEVICE, reduction="sum")
+    _, ref = CE.reference(seen, t, reduction="sum")
+    # the target entry itself, p - 1 (about -3e-4), right to bf16's precision: formed in fp32, rounded once
+    assert abs(grad[0, 5] - ref[0, 5]) <= accuracy.tolerance("bfloat16") * abs(ref[0, 5])
+
+
+def test_bad_arguments_are_refused():
+    x = torch.zeros(3, 10, device=DEVICE)
+    with pytest.raises(ValueError, match=r"target\[1\] = 10 is outside"):
+        CE.cross_entropy(x, torch.tensor([0, 10, 2], device=DEVICE))
+    with pytest.raises(ValueError, match="reduction"):
+        CE.cross_entropy(x, torch.tensor([0, 1, 2], device=DEVICE), reduction="avg")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        CE.cross_entropy(x, torch.tensor([0, 1, 2], device=DEVICE), label_smoothing=1.5)
+    with pytest.raises(TypeError, match="float64"):
+        CE.cross_entropy(x.double(), torch.tensor([0, 1, 2], device=DEVICE))
+    with pytest.raises(ValueError, match="shape"):
+        CE.cross_entropy(x, torch.tensor([0, 1], device=DEVICE))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vocab", [32768, 50257, 131072, 262144])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_on_the_gpu_at_real_vocabularies(rng, vocab, dtype):
+    x = _logits(rng, 8, vocab)
+    t = _targets(rng, 8, vocab)
+    seen, loss, grad = _run(x, t, dtype, "cuda", "mean", 0.1, 1e-4)
+    ref_loss, ref_grad = CE.reference(seen, t, label_smoothing=0.1, z_loss=1e-4)
+    assert accuracy.max_rel_err(loss, ref_loss, log=True) <= accuracy.tolerance("float32")
+    assert _grad_err(grad, ref_grad) <= accuracy.tolerance(dtype)
