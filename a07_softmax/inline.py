@@ -457,3 +457,25 @@ def check_softmax_backward(fn) -> Verdict:
             except _Fail as e:
                 raise _Fail(f"{e} -- {concept}") from None
     return _run("check_softmax_backward", fn, [run])
+
+
+def check_causal_key_end(fn) -> Verdict:
+    """fn(q_start, q_end, n_keys) -> the end (exclusive) of the keys a block of causal query rows
+    [q_start, q_end) must visit when n_keys keys are valid."""
+    cases = []
+    for args in ((0, 16, 100), (32, 48, 100), (32, 48, 40), (0, 16, 0), (16, 32, 17)):
+        def run(f, args=args):
+            got = f(*args)
+            if got is None:
+                raise _Fail("returned None")
+            q0, q1, n = args
+            want = min(n, q1)
+            if got == want:
+                return
+            hint = ("the block's diagonal tile holds keys its own rows see (query i sees key i)" if got == min(n, q0)
+                    else "query q_end - 1 sees key q_end - 1 and the end is exclusive" if got == min(n, q1 - 1)
+                    else "keys from q_end on are masked for every row of the block: visiting them wastes the causal "
+                         "saving" if got == n else "the end is min(n_keys, q_end)")
+            raise _Fail(f"(q_start, q_end, n_keys) = {args}: {got}, expected {want} -- {hint}")
+        cases.append(run)
+    return _run("check_causal_key_end", fn, cases)

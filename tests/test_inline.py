@@ -78,7 +78,8 @@ RIGHT = [(inline.check_gbps, lambda b, ms: b / (ms * 1e-3) / 1e9),
          (inline.check_causal_keep, lambda q, c: np.arange(c) <= q), (inline.check_tile_softmax, tile_softmax),
          (inline.check_log_softmax, log_softmax), (inline.check_owned_column, lambda t, j, G, N: (j * G + t) * N),
          (inline.check_model_time, lambda t, b, g: t * b / (g * 1e9) * 1e3),
-         (inline.check_softmax_backward, lambda y, dy: y * (dy - (dy * y).sum(-1, keepdims=True)))]
+         (inline.check_softmax_backward, lambda y, dy: y * (dy - (dy * y).sum(-1, keepdims=True))),
+         (inline.check_causal_key_end, lambda q0, q1, n: min(n, q1))]
 
 
 @pytest.mark.parametrize("check,fn", RIGHT, ids=[c.__name__ for c, _ in RIGHT])
@@ -125,6 +126,9 @@ WRONG = [
     (inline.check_softmax_backward, lambda y, dy: y * (dy - dy.sum(-1, keepdims=True)), "<dy, y>"),
     (inline.check_softmax_backward, lambda y, dy: dy - (dy * y).sum(-1, keepdims=True), "factor y"),
     (inline.check_softmax_backward, lambda y, dy: y * (dy - (dy * y).sum()), "one dot product per row"),
+    (inline.check_causal_key_end, lambda q0, q1, n: min(n, q0), "diagonal tile"),
+    (inline.check_causal_key_end, lambda q0, q1, n: min(n, q1 - 1), "exclusive"),
+    (inline.check_causal_key_end, lambda q0, q1, n: n, "causal saving"),
 ]
 
 
