@@ -176,6 +176,20 @@ def online_trace_no_rescale(row):
     return trace
 
 
+def attention_row_tiled(scores, V, tile: int, *, rescale_o: bool = True) -> np.ndarray:
+    """sum_j softmax(scores)_j V_j with the keys taken `tile` at a time and the running (m, s, o):
+    notebook 03's demonstration (rescale_o=False is the classic error, on purpose). Writing the loop
+    is the inline exercise there and, with causal tiles, exercise 07."""
+    scores, V = np.asarray(scores, dtype=np.float64), np.asarray(V, dtype=np.float64)
+    m, s, o = NEG_INF, 0.0, np.zeros(V.shape[1])
+    for start in range(0, len(scores), tile):
+        x, v = scores[start:start + tile], V[start:start + tile]
+        m_new = max(m, float(x.max()))
+        a, e = math.exp(m - m_new) if m != NEG_INF else 0.0, np.exp(x - m_new)
+        s, o, m = s * a + e.sum(), (o * a if rescale_o else o) + e @ v, m_new
+    return o / s
+
+
 def online_softmax(row) -> np.ndarray:
     """Softmax of one row from its final online state (the second pass of the 2-pass kernel)."""
     row = np.asarray(row, dtype=np.float64)

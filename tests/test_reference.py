@@ -206,3 +206,12 @@ def test_gradient_formulas_catch_the_usual_slips(rng):
     assert np.allclose(right.sum(-1), 0, atol=1e-12)                     # softmax is shift-invariant
     with pytest.raises(ValueError, match="reduction"):
         R.cross_entropy_backward(x, [0, 1, 2, 3], "none")
+
+
+def test_the_tiled_attention_row_and_its_deliberate_error(rng):
+    scores = np.sort(rng.normal(0, 6, size=41))   # rising: the max moves in every tile
+    V = rng.normal(size=(41, 3))
+    want = R.softmax(scores) @ V
+    for tile in (1, 8, 41):
+        assert np.allclose(R.attention_row_tiled(scores, V, tile), want, rtol=1e-12, atol=1e-12)
+    assert not np.allclose(R.attention_row_tiled(scores, V, 8, rescale_o=False), want, atol=1e-3)
