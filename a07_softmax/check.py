@@ -448,35 +448,23 @@ def _with_hint(problem, hint):
     return f"{words} ({problem})" if words else problem
 
 
-def _attention_rows(q, k, v, q_start, causal, n_keys, *, rescale_o=True, rescale_l=True, tile=None):
-    """float64 attention of query rows q (rows q_start, ...) against k, v; with rescale_o /
-    rescale_l False (and a tile), the tiled loop with that mistake, to recognise it in an answer."""
+def _attention_rows(q, k, v, q_start, causal, n_keys, *, mistake=None, tile=None):
+    """float64 attention of query rows q (rows q_start, ...) against k, v; with `mistake` (one of
+    reference.ATTENTION_MISTAKES) and a tile, the tiled loop making it, to recognise it in an answer."""
+    from . import reference as R
+
     rows = q_start + np.arange(q.shape[0])
-    scale = 1.0 / np.sqrt(q.shape[1])
     cols = np.arange(k.shape[0])
     keep = (cols[None, :] < n_keys) & ((cols[None, :] <= rows[:, None]) if causal else True)
     keep = np.broadcast_to(keep, (q.shape[0], k.shape[0]))
-    s = np.where(keep, q @ k.T * scale, -np.inf)
-    if rescale_o and rescale_l:
-        out = np.zeros((q.shape[0], v.shape[1]))
-        live = keep.any(axis=1)
-        if live.any():
-            from . import reference as R
-            out[live] = R.softmax(s[live], axis=1) @ v
-        return out
-    m = np.full(q.shape[0], -np.inf)
-    l, o = np.zeros(q.shape[0]), np.zeros((q.shape[0], v.shape[1]))
-    with np.errstate(all="ignore"):
-        for start in range(0, k.shape[0], tile):
-            c = slice(start, start + tile)
-            m_new = np.maximum(m, s[:, c].max(axis=1))
-            ref = np.where(np.isneginf(m_new), 0.0, m_new)
-            a = np.exp(m - ref)
-            p = np.exp(s[:, c] - ref[:, None])
-            l = (l * a if rescale_l else l) + p.sum(axis=1)
-            o = (o * a[:, None] if rescale_o else o) + p @ v[c]
-            m = m_new
-        return o / np.where(l == 0, 1.0, l)[:, None]
+    s = np.where(keep, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
+    if mistake is not None:
+        return np.stack([R.attention_row_tiled(row, v, tile, mistake=mistake) for row in s])
+    out = np.zeros((q.shape[0], v.shape[1]))
+    live = keep.any(axis=1)
+    if live.any():
+        out[live] = R.softmax(s[live], axis=1) @ v
+    return out
 
 
 def cases_07(rng, hidden: bool):
@@ -487,21 +475,10 @@ def cases_07(rng, hidden: bool):
         a = int(rng.integers(1, 50)) * 16
         ends.append(((a, a + 16, int(rng.integers(0, a + 40))), "hidden random block"))
     for i, ((q0, q1, n), what) in enumerate(ends):
-        want = min(n, q1)
+        def judge(got, q0=q0, q1=q1, n=n):
+            from .inline import causal_key_end_mistake
 
-        def judge(got, want=want, q0=q0, q1=q1, n=n):
-            got = int(np.asarray(got).reshape(-1)[0])
-            if got == want:
-                return None
-            if got == min(n, q0):
-                return (f"{got}: that skips the block's diagonal tile, whose keys q_start..q_end - 1 its rows see "
-                        f"(query i sees key i); the end is min(n_keys, q_end) = {want}")
-            if got == min(n, q1 - 1):
-                return f"{got}: off by one; query q_end - 1 sees key q_end - 1, and the end is exclusive: {want}"
-            if got == n and n > q1:
-                return (f"{got}: every key is visited, but keys from q_end on are masked for every row of the block; "
-                        f"skipping them (end {want}) is the causal saving, about half the work")
-            return f"{got}, expected {want}: the keys a causal block needs end at min(n_keys, q_end)"
+            return causal_key_end_mistake(int(np.asarray(got).reshape(-1)[0]), q0, q1, n)
         cases.append(Case(f"causal_key_end: {what} (q {q0}..{q1}, {n} keys)",
                           {"fn": "causal_key_end", "args": [q0, q1, n]}, judge, hidden=what.startswith("hidden")))
     blocks = [("causal, a middle block of 16 rows, tiles of 16", 48, 16, 8, 16, True, 48, 16, False),
@@ -521,10 +498,11 @@ def cases_07(rng, hidden: bool):
         if rising:
             k = q.mean(axis=0)[None, :] * np.linspace(0, 4, s_len)[:, None] + 0.01 * k
         want = _attention_rows(q, k, v, q0, causal, n)
-        sigs = [(_attention_rows(q, k, v, q0, causal, n, rescale_o=False, tile=tile),
-                 "o was not rescaled when the max moved: multiply o by exp(m_old - m_new), as l is"),
-                (_attention_rows(q, k, v, q0, causal, n, rescale_l=False, tile=tile),
-                 "l was not rescaled when the max moved: multiply it by exp(m_old - m_new)")]
+        sigs = [(_attention_rows(q, k, v, q0, causal, n, mistake=mistake, tile=tile), words) for mistake, words in (
+            ("o not rescaled", "o was not rescaled when the max moved: multiply o by exp(m_old - m_new), as l is"),
+            ("l not rescaled", "l was not rescaled when the max moved: multiply it by exp(m_old - m_new)"),
+            ("exp against the old max", "the tile's exponentials were taken against the old max: take them "
+                                        "against m_new, after the max is updated"))]
 
         def judge(got, want=want, sigs=sigs):
             got = np.asarray(got, dtype=np.float64)

@@ -42,16 +42,14 @@ def finfo(dtype: str):
 
 def round_to(x, dtype: str) -> np.ndarray:
     """x (float64 values) rounded to dtype, returned as float64: the values a kernel of dtype sees.
-    bfloat16, which NumPy lacks, rounds to nearest even on the top 16 bits of float32."""
+    bfloat16, which NumPy lacks, goes through the CPU target's conversion (round to nearest even)."""
     x = np.asarray(x, dtype=np.float64)
-    if dtype != "bfloat16":
-        with np.errstate(over="ignore"):
-            return x.astype(dtype).astype(np.float64)
     with np.errstate(over="ignore"):
-        u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    nan = (u & 0x7FFFFFFF) > 0x7F800000
-    bits = np.where(nan, 0x7FC00000, ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32)
-    return bits.view(np.float32).astype(np.float64)
+        if dtype != "bfloat16":
+            return x.astype(dtype).astype(np.float64)
+        from .cpu_target import as_stored, from_stored
+
+        return from_stored(as_stored(x.astype(np.float32), "bfloat16"), "bfloat16").astype(np.float64)
 
 
 def rows(dtype: str, cols: int, rng) -> np.ndarray:

@@ -153,40 +153,33 @@ def _sums_to_one(got, what):
         raise _Fail(f"{what}: the outputs sum to {total:.6g}, not 1 -- probabilities: divide exp(x - m) by its sum")
 
 
-def check_softmax(fn) -> Verdict:
-    """fn(x: 1-D float32 array) -> its softmax. Judged against float64 at float32 precision."""
-    cases = []
-    for what, x, concept in _softmax_cases():
+def _softmax_cases_run(name, fn, cases, masked_rows_zero: bool):
+    runs = []
+    for what, x, concept in cases:
         def run(f, x=x, what=what, concept=concept):
             with np.errstate(all="ignore"):
                 got = f(x.copy())
-            _sums_to_one(got, what)
+            empty = masked_rows_zero and np.isneginf(x).all()
+            if not empty:
+                _sums_to_one(got, what)
             try:
-                _compare(got, R.softmax(x.astype(np.float64)), what, rtol=2e-5)
+                _compare(got, np.zeros(x.shape) if empty else R.softmax(x.astype(np.float64)), what, rtol=2e-5)
             except _Fail as e:
                 raise _Fail(f"{e} -- {concept}") from None
-        cases.append(run)
-    return _run("check_softmax", fn, cases)
+        runs.append(run)
+    return _run(name, fn, runs)
+
+
+def check_softmax(fn) -> Verdict:
+    """fn(x: 1-D float32 array) -> its softmax. Judged against float64 at float32 precision."""
+    return _softmax_cases_run("check_softmax", fn, _softmax_cases(), False)
 
 
 def check_masked_row_softmax(fn) -> Verdict:
     """fn(x: 1-D float32 array, possibly all -inf) -> softmax, with zeros for a fully masked row."""
-    cases = []
-    for what, x, concept in _softmax_cases() + [
-            ("a fully masked row (all -inf)", np.full(5, -np.inf, F32),
-             "a row with no valid score returns zeros, the course's contract: guard the max before x - m")]:
-        def run(f, x=x, what=what, concept=concept):
-            with np.errstate(all="ignore"):
-                got = f(x.copy())
-            want = np.zeros(x.shape) if np.isneginf(x).all() else R.softmax(x.astype(np.float64))
-            if not np.isneginf(x).all():
-                _sums_to_one(got, what)
-            try:
-                _compare(got, want, what, rtol=2e-5)
-            except _Fail as e:
-                raise _Fail(f"{e} -- {concept}") from None
-        cases.append(run)
-    return _run("check_masked_row_softmax", fn, cases)
+    return _softmax_cases_run("check_masked_row_softmax", fn, _softmax_cases() + [
+        ("a fully masked row (all -inf)", np.full(5, -np.inf, F32),
+         "a row with no valid score returns zeros, the course's contract: guard the max before x - m")], True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -459,6 +452,24 @@ def check_softmax_backward(fn) -> Verdict:
     return _run("check_softmax_backward", fn, [run])
 
 
+def causal_key_end_mistake(got: int, q_start: int, q_end: int, n_keys: int) -> str | None:
+    """None when `got` is the end of the keys a causal block [q_start, q_end) must visit, else what
+    is wrong with it (shared with exercise 07's checker)."""
+    want = min(n_keys, q_end)
+    if got == want:
+        return None
+    if got == min(n_keys, q_start):
+        hint = "that skips the block's diagonal tile, whose keys its own rows see (query i sees key i)"
+    elif got == min(n_keys, q_end - 1):
+        hint = "off by one: query q_end - 1 sees key q_end - 1, and the end is exclusive"
+    elif got == n_keys:
+        hint = ("keys from q_end on are masked for every row of the block: skipping them is the causal saving, "
+                "about half the work")
+    else:
+        hint = "the keys a causal block needs end at min(n_keys, q_end)"
+    return f"{got}, expected {want} -- {hint}"
+
+
 def check_causal_key_end(fn) -> Verdict:
     """fn(q_start, q_end, n_keys) -> the end (exclusive) of the keys a block of causal query rows
     [q_start, q_end) must visit when n_keys keys are valid."""
@@ -468,14 +479,8 @@ def check_causal_key_end(fn) -> Verdict:
             got = f(*args)
             if got is None:
                 raise _Fail("returned None")
-            q0, q1, n = args
-            want = min(n, q1)
-            if got == want:
-                return
-            hint = ("the block's diagonal tile holds keys its own rows see (query i sees key i)" if got == min(n, q0)
-                    else "query q_end - 1 sees key q_end - 1 and the end is exclusive" if got == min(n, q1 - 1)
-                    else "keys from q_end on are masked for every row of the block: visiting them wastes the causal "
-                         "saving" if got == n else "the end is min(n_keys, q_end)")
-            raise _Fail(f"(q_start, q_end, n_keys) = {args}: {got}, expected {want} -- {hint}")
+            wrong = causal_key_end_mistake(int(got), *args)
+            if wrong:
+                raise _Fail(f"(q_start, q_end, n_keys) = {args}: {wrong}")
         cases.append(run)
     return _run("check_causal_key_end", fn, cases)

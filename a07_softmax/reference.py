@@ -176,18 +176,30 @@ def online_trace_no_rescale(row):
     return trace
 
 
-def attention_row_tiled(scores, V, tile: int, *, rescale_o: bool = True) -> np.ndarray:
-    """sum_j softmax(scores)_j V_j with the keys taken `tile` at a time and the running (m, s, o):
-    notebook 03's demonstration (rescale_o=False is the classic error, on purpose). Writing the loop
-    is the inline exercise there and, with causal tiles, exercise 07."""
+ATTENTION_MISTAKES = ("o not rescaled", "l not rescaled", "exp against the old max")
+
+
+def attention_row_tiled(scores, V, tile: int, *, mistake: str | None = None) -> np.ndarray:
+    """sum_j softmax(scores)_j V_j with the keys taken `tile` at a time and the running (m, l, o);
+    scores may hold -inf (masked keys), and a row with no visible key gives zeros. `mistake`, one of
+    ATTENTION_MISTAKES, makes the classic error on purpose: notebook 03 shows its effect and the
+    checker of exercise 07 recognises it in an answer. Writing the loop is notebook 03's inline
+    exercise and, with causal tiles, exercise 07."""
+    if mistake not in (None, *ATTENTION_MISTAKES):
+        raise ValueError(f"mistake must be one of {ATTENTION_MISTAKES}, got {mistake!r}")
     scores, V = np.asarray(scores, dtype=np.float64), np.asarray(V, dtype=np.float64)
-    m, s, o = NEG_INF, 0.0, np.zeros(V.shape[1])
-    for start in range(0, len(scores), tile):
-        x, v = scores[start:start + tile], V[start:start + tile]
-        m_new = max(m, float(x.max()))
-        a, e = math.exp(m - m_new) if m != NEG_INF else 0.0, np.exp(x - m_new)
-        s, o, m = s * a + e.sum(), (o * a if rescale_o else o) + e @ v, m_new
-    return o / s
+    m, l, o = NEG_INF, 0.0, np.zeros(V.shape[1])
+    with np.errstate(over="ignore", invalid="ignore"):
+        for start in range(0, len(scores), tile):
+            x, v = scores[start:start + tile], V[start:start + tile]
+            m_new = max(m, float(x.max()))
+            ref = 0.0 if m_new == NEG_INF else m_new          # no visible key yet: never -inf - -inf
+            a = math.exp(m - ref)
+            e = np.exp(x - ((0.0 if m == NEG_INF else m) if mistake == "exp against the old max" else ref))
+            l = (l if mistake == "l not rescaled" else l * a) + e.sum()
+            o = (o if mistake == "o not rescaled" else o * a) + e @ v
+            m = m_new
+    return o / (l if l != 0 else 1.0)
 
 
 def online_softmax(row) -> np.ndarray:

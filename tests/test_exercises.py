@@ -133,7 +133,7 @@ WRONG = {
         "causal end ignores the block (visits every tile)": (_edit("07", "return min(n_keys, q_end)", "return n_keys"),
                                                               "causal saving"),
         "exp against the old max": (_edit("07", "p = np.exp(s - m_ref[:, None])",
-                                          "p = np.exp(s - np.where(np.isneginf(m), 0.0, m)[:, None])"), "attention_block"),
+                                          "p = np.exp(s - np.where(np.isneginf(m), 0.0, m)[:, None])"), "against the old max"),
     },
     "01": {
         "no max subtraction": (_edit("01", "fast_exp(xr[c] - m)", "fast_exp(xr[c])"), "100.0"),

@@ -214,4 +214,8 @@ def test_the_tiled_attention_row_and_its_deliberate_error(rng):
     want = R.softmax(scores) @ V
     for tile in (1, 8, 41):
         assert np.allclose(R.attention_row_tiled(scores, V, tile), want, rtol=1e-12, atol=1e-12)
-    assert not np.allclose(R.attention_row_tiled(scores, V, 8, rescale_o=False), want, atol=1e-3)
+    for mistake in R.ATTENTION_MISTAKES:
+        assert not np.allclose(R.attention_row_tiled(scores, V, 8, mistake=mistake), want, atol=1e-3), mistake
+    masked = np.where(np.arange(41) % 3 == 0, scores, -np.inf)   # masked keys, a first tile with one key
+    assert np.allclose(R.attention_row_tiled(masked, V, 8), R.softmax(masked) @ V, rtol=1e-12, atol=1e-12)
+    assert not R.attention_row_tiled(np.full(41, -np.inf), V, 8).any()   # no visible key: zeros
