@@ -284,6 +284,28 @@ struct RowBits {
     }
   }
 
+  // 2^(x log2(e) - bias) in the one-FFMA form (FFMA), or 2^((x - m) log2(e) - bias) with the
+  // subtraction first. A template parameter, not a per-element select: the compiler may turn a
+  // select into computing both exps, which is what this path cannot afford (see stats()).
+  template <bool FFMA>
+  static __device__ __forceinline__ float exp_of(float x, float m, float bias) {
+    return FFMA ? fast_exp2(fmaf(x, LOG2E, -bias)) : fast_exp2(fmaf(x - m, LOG2E, -bias));
+  }
+
+  template <bool FFMA> __device__ __forceinline__ float sum_exps(float m, float bias) const {
+    float s_lo = 0.0f, s_hi = 0.0f;
+#pragma unroll
+    for (int j = 0; j < VECS; ++j) {
+      const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        s_lo += exp_of<FFMA>(Bits::lo(w[k]), m, bias);
+        s_hi += exp_of<FFMA>(Bits::hi(w[k]), m, bias);
+      }
+    }
+    return s_lo + s_hi;
+  }
+
   // This thread's (m, s): the max over pairs, then one exp per element for the sum.
   __device__ __forceinline__ MS stats() const {
     unsigned pair = NEG_INF2;
@@ -297,44 +319,25 @@ struct RowBits {
     // fp32: at most half a unit in its last place, 2^-12 below |m log2(e)| = 4096 (a relative
     // error of 1.7e-4 in the result, against bf16's 3.9e-3 rounding). Beyond it, for rows with
     // scores above 2839 in magnitude, where the rounding would grow with m (and m log2(e) overflows
-    // past 2.4e38), the thread takes exp_minus. The choice is one per thread, not per element.
+    // past 2.4e38), the thread takes the subtraction first. The choice is one branch per thread,
+    // around the whole loop.
     const float m_scaled = m == A07_NEG_INF ? 0.0f : m * LOG2E;  // no elements: every exp below is 0
     const bool ffma = fabsf(m_scaled) < FFMA_EXP_LIMIT;           // false for a NaN or infinite max too
-    float s_lo = 0.0f, s_hi = 0.0f;
-#pragma unroll
-    for (int j = 0; j < VECS; ++j) {
-      const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float lo = Bits::lo(w[k]), hi = Bits::hi(w[k]);
-        s_lo += ffma ? fast_exp2(fmaf(lo, LOG2E, -m_scaled)) : exp_minus(lo, m);
-        s_hi += ffma ? fast_exp2(fmaf(hi, LOG2E, -m_scaled)) : exp_minus(hi, m);
-      }
-    }
-    return MS{m, s_lo + s_hi};
+    return MS{m, ffma ? sum_exps<true>(m, m_scaled) : sum_exps<false>(m, 0.0f)};
   }
 
-  // y = exp(x - M) / S = 2^(x log2(e) - (M log2(e) + log2(S))): the second exp, and no divide;
-  // 2^((x - M) log2(e) - log2(S)) where M log2(e) + log2(S) is too large to round finely enough
-  // (see stats()). A fully masked row (M = -inf) is written as zeros.
-  __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float, MS row) const {
-    const bool masked = row.m == A07_NEG_INF;
-    const float log2_s = __log2f(row.s);
-    const float c = masked ? 0.0f : fmaf(row.m, LOG2E, log2_s);
-    const bool ffma = fabsf(c) < FFMA_EXP_LIMIT;
+  template <bool FFMA>
+  __device__ __forceinline__ void store_exps(T* __restrict__ yr, int cols, int t, int G, float m, float bias) const {
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N;
       const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
       unsigned out[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float lo = Bits::lo(w[k]), hi = Bits::hi(w[k]);
-        out[k] = masked ? 0u
-                 : ffma ? Bits::pack2(fast_exp2(fmaf(lo, LOG2E, -c)), fast_exp2(fmaf(hi, LOG2E, -c)))
-                        : Bits::pack2(fast_exp2(fmaf(lo - row.m, LOG2E, -log2_s)),
-                                      fast_exp2(fmaf(hi - row.m, LOG2E, -log2_s)));
-      }
+      for (int k = 0; k < 4; ++k)
+        out[k] = FFMA || m != A07_NEG_INF
+                     ? Bits::pack2(exp_of<FFMA>(Bits::lo(w[k]), m, bias), exp_of<FFMA>(Bits::hi(w[k]), m, bias))
+                     : 0u;
       if (ALIGNED) {
         if (c0 < cols) *reinterpret_cast<uint4*>(yr + c0) = make_uint4(out[0], out[1], out[2], out[3]);
       } else {
@@ -343,6 +346,17 @@ struct RowBits {
           if (c0 + e < cols) yr[c0 + e] = T{static_cast<unsigned short>(out[e / 2] >> (16 * (e % 2)))};
       }
     }
+  }
+
+  // y = exp(x - M) / S = 2^(x log2(e) - (M log2(e) + log2(S))): the second exp, and no divide;
+  // 2^((x - M) log2(e) - log2(S)) where M log2(e) + log2(S) is too large to round finely enough
+  // (see stats()). A fully masked row (M = -inf) is written as zeros: it fails the FFMA test
+  // (c = -inf), and the subtraction-first form writes zeros for it.
+  __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float, MS row) const {
+    const float log2_s = __log2f(row.s);
+    const float c = fmaf(row.m, LOG2E, log2_s);
+    if (fabsf(c) < FFMA_EXP_LIMIT) store_exps<true>(yr, cols, t, G, row.m, c);
+    else store_exps<false>(yr, cols, t, G, row.m, log2_s);
   }
 };
 
