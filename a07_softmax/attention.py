@@ -45,12 +45,14 @@ def reference(q, k, v, *, causal: bool = False, kv_len=None, scale: float | None
     return np.einsum("bhqk,bhkd->bhqd", p, v)
 
 
-def traffic_bytes(batch_heads: int, seq: int, head_dim: int, elem_bytes: int = 2, *, fused: bool = True) -> int:
+def traffic_bytes(batch_heads: int, seq: int, head_dim: int, elem_bytes: int = 2, *, fused: bool = True,
+                  score_bytes: int = 4) -> int:
     """The traffic model in bytes. Fused: read Q, K and V and write O once (K and V counted once, as if
-    they stayed in cache across a sequence's query tiles). Naive: also write the S x S scores (fp32),
-    read them for the softmax, write the probabilities and read them again for P V."""
+    they stayed in cache across a sequence's query tiles). Naive: also write the S x S scores
+    (score_bytes each: 4 for fp32), read them for the softmax, write the probabilities and read them
+    again for P V."""
     qkvo = 4 * batch_heads * seq * head_dim * elem_bytes
-    return qkvo if fused else qkvo + 4 * batch_heads * seq * seq * 4
+    return qkvo if fused else qkvo + 4 * batch_heads * seq * seq * score_bytes
 
 
 _KERNEL = []
@@ -97,6 +99,9 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
     interp = not q.is_cuda
     block_m = block_m or (16 if interp else 128 if d <= 64 else 64)
     block_n = block_n or (16 if interp else 64)
+    if block_m % block_n:
+        raise ValueError(f"block_m ({block_m}) must be a multiple of block_n ({block_n}): a causal diagonal "
+                         "must start a key tile")
     if not _KERNEL:
         from .attention_kernels import attention_fwd_kernel
 

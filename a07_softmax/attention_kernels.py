@@ -14,6 +14,44 @@ def _mm(a, b, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i, l_i, acc, qk_scale,
+            MASKED: tl.constexpr, CAUSAL: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    """One key tile folded into the running (m, l, o) of BLOCK_M query rows: the online recurrence
+    of notebook 03 with a weighted numerator. Scores are kept in log2 units (qk_scale holds
+    log2(e)), so every exp is one exp2. MASKED tiles (the diagonal tile, the tail past n_keys)
+    mask element by element; the others are wholly visible and skip it."""
+    cols = start + offs_n
+    if MASKED:
+        kv_mask = cols[:, None] < n_keys
+        k = tl.load(K + base + cols[:, None] * stride_s + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(V + base + cols[:, None] * stride_s + offs_d[None, :], mask=kv_mask, other=0.0)
+    else:
+        k = tl.load(K + base + cols[:, None] * stride_s + offs_d[None, :])
+        v = tl.load(V + base + cols[:, None] * stride_s + offs_d[None, :])
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    s = _mm(q, tl.trans(k), IEEE) * qk_scale
+    if MASKED:
+        keep = cols[None, :] < n_keys
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= offs_m[:, None])
+        s = tl.where(keep, s, -float("inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    # the -inf guard: a row with nothing visible yet keeps m = -inf; measure against 0 instead,
+    # so that no -inf - -inf is formed (its exps are 0 and l, o stay 0). With causal masks and
+    # right padding every processed tile shows a row at least key 0, so the guard only matters
+    # for masks that can hide a row's first tiles (sliding windows, left padding); it is kept so
+    # that adding one cannot bring the NaN back.
+    m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+    alpha = tl.math.exp2(m_i - m_ref)
+    p = tl.math.exp2(s - m_ref[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, IEEE)  # o rescaled like l
+    return m_new, l_i, acc
+
+
+@triton.jit
 def attention_fwd_kernel(Q, K, V, O, KV_LEN, seq, sm_scale, heads,
                          stride_b, stride_h, stride_s,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -30,43 +68,28 @@ def attention_fwd_kernel(Q, K, V, O, KV_LEN, seq, sm_scale, heads,
     q = tl.load(Q + base + offs_m[:, None] * stride_s + offs_d[None, :], mask=offs_m[:, None] < seq, other=0.0)
     if UPCAST:  # the interpreter's tl.dot mishandles bfloat16: compute in float32 there
         q = q.to(tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634  # log2(e): exp(x) = exp2(x log2(e))
     n_keys = seq
     if HAS_KV_LEN:
         n_keys = tl.minimum(tl.load(KV_LEN + b), seq)
-    # causal: keys past the last query row of this tile are never needed, so their tiles are
-    # never loaded (block skipping); the diagonal tile is masked element by element below
+    # Key tiles in two runs. [0, full): every key visible to every row of the tile, no masks.
+    # [full, hi): the diagonal tile (causal) and the tail past n_keys, masked element by element.
+    # Causal: keys past this tile's last query row are never needed, so their tiles are never
+    # loaded (block skipping). BLOCK_M is a multiple of BLOCK_N, so pid_m * BLOCK_M starts a tile.
+    full = n_keys // BLOCK_N * BLOCK_N
     hi = n_keys
     if CAUSAL:
+        full = tl.minimum(full, pid_m * BLOCK_M)
         hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    for start in tl.range(0, hi, BLOCK_N):
-        cols = start + offs_n
-        kv_mask = cols[:, None] < n_keys
-        k = tl.load(K + base + cols[:, None] * stride_s + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(V + base + cols[:, None] * stride_s + offs_d[None, :], mask=kv_mask, other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        s = _mm(q, tl.trans(k), IEEE) * sm_scale
-        keep = cols[None, :] < n_keys
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= offs_m[:, None])
-        s = tl.where(keep, s, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # the -inf guard: a row with nothing visible yet keeps m = -inf; measure against 0
-        # instead, so that no -inf - -inf is formed (its exps are 0 and l, o stay 0). With
-        # causal masks and right padding every processed tile shows a row at least key 0, so
-        # the guard only matters for masks that can hide a row's first tiles (sliding windows,
-        # left padding); it is kept so that adding one cannot bring the NaN back.
-        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_ref)
-        p = tl.exp(s - m_ref[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, IEEE)  # o rescaled like l
-        m_i = m_new
+    for start in tl.range(0, full, BLOCK_N):
+        m_i, l_i, acc = _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i, l_i, acc,
+                                qk_scale, False, CAUSAL, IEEE, UPCAST)
+    for start in tl.range(full, hi, BLOCK_N):
+        m_i, l_i, acc = _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i, l_i, acc,
+                                qk_scale, True, CAUSAL, IEEE, UPCAST)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]          # no visible key: zeros
     tl.store(O + base + offs_m[:, None] * stride_s + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=offs_m[:, None] < seq)
-

@@ -108,6 +108,26 @@ def _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, gr
     return total / n_valid[0] if reduction == "mean" else total
 
 
+def _scale_rows(grad, grad_loss):
+    """grad *= grad_loss in place, grad_loss a scalar or (reduction="none") one value per row; rows
+    whose factor is 1 are skipped on the device, without the host asking what the factor is."""
+    import contextlib
+
+    import torch
+    import triton
+
+    from .cross_entropy_kernels import scale_rows_kernel
+
+    rows, vocab = grad.shape
+    factor = grad_loss.to(device=grad.device, dtype=torch.float32).reshape(-1)
+    interp = not grad.is_cuda
+    tile = min(triton.next_power_of_2(vocab), 64 if interp else 8192)
+    ctx = torch.cuda.device(grad.device) if grad.is_cuda else contextlib.nullcontext()
+    with ctx, np.errstate(all="ignore"):
+        scale_rows_kernel[(rows,)](grad, factor, vocab, grad.stride(0), 0 if factor.numel() == 1 else factor.stride(0),
+                                   TILE=tile, **({} if interp else {"num_warps": 16 if tile >= 4096 else 4}))
+
+
 def _function():
     import torch
 
@@ -117,7 +137,7 @@ def _function():
             grad = logits if inplace else torch.empty_like(logits)
             loss = _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad)
             ctx.save_for_backward(grad)
-            ctx.reduction = reduction
+            ctx.used = False
             if inplace:
                 # the logits now hold the gradient: bump their version so that any other operation
                 # that saved them for its own backward raises instead of reading the gradient
@@ -126,11 +146,13 @@ def _function():
 
         @staticmethod
         def backward(ctx, grad_loss):
+            if ctx.used:
+                raise RuntimeError("cross_entropy's backward ran twice: it scales its stored gradient in place, "
+                                   "so it can run once per forward (compute the loss again instead of retain_graph)")
+            ctx.used = True
             (grad,) = ctx.saved_tensors
-            # the stored gradient is that of the loss itself; scale it by the upstream gradient, a
-            # scalar or (reduction="none") one value per row, without asking the host what it is
-            scale = grad_loss[:, None] if ctx.reduction == "none" else grad_loss
-            return grad * scale.to(grad.dtype), None, None, None, None, None, None
+            _scale_rows(grad, grad_loss)
+            return grad, None, None, None, None, None, None
 
     return CrossEntropy
 

@@ -53,3 +53,18 @@ def cross_entropy_fwd_bwd_kernel(X, T, LOSS, G, N_VALID, n_cols, stride_x, strid
             g = (p - onehot) + 2.0 * z_coef * lse * p + smoothing * (onehot - 1.0 / n_cols)
             g = tl.where(ignored, 0.0, g * scale)
             tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def scale_rows_kernel(G, SCALE, n_cols, stride_g, stride_scale, TILE: tl.constexpr):
+    # The backward pass: the stored gradient times the upstream gradient, in place, one program per
+    # row. A row whose factor is exactly 1 (the usual loss.backward() of a mean or a sum) returns at
+    # once: the gradient is not read again, and the host never had to look at the factor.
+    row = tl.program_id(0).to(tl.int64)
+    factor = tl.load(SCALE + row * stride_scale).to(tl.float32)
+    if factor != 1.0:
+        g_row = G + row * stride_g
+        for start in tl.range(0, n_cols, TILE):
+            cols = start + tl.arange(0, TILE)
+            g = tl.load(g_row + cols, mask=cols < n_cols).to(tl.float32)
+            tl.store(g_row + cols, (g * factor).to(G.dtype.element_ty), mask=cols < n_cols)

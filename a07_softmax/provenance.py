@@ -17,17 +17,22 @@ from .paths import PACKAGE, ROOT
 # to a checkout's root, in a checkout and in an installed wheel alike.
 DEVICE_GLOBS = ("common/*.h", "cuda/*.cu", "hip/*.cpp")
 PYTHON_SOURCES = ("accuracy.py", "bench.py", "constants.py", "fast.py", "labs.py", "native.py", "triton_softmax.py")
+# The kernels of Lab 4 and of the fused cross-entropy: recorded by the results that run them (their
+# benchmarks, the notebooks), so that changing them leaves the softmax results fresh.
+ATTENTION_SOURCES = ("attention.py", "attention_kernels.py")
+CROSS_ENTROPY_SOURCES = ("cross_entropy.py", "cross_entropy_kernels.py")
 
 
-def sources_sha256() -> dict:
+def sources_sha256(extra=()) -> dict:
+    """{path: sha256} of the softmax sources, plus the package modules named in `extra`."""
     files = {str(p.relative_to(ROOT)): p for g in DEVICE_GLOBS for p in ROOT.glob(g)}
-    files.update({f"{PACKAGE.name}/{name}": PACKAGE / name for name in PYTHON_SOURCES})
+    files.update({f"{PACKAGE.name}/{name}": PACKAGE / name for name in PYTHON_SOURCES + tuple(extra)})
     return {key: hashlib.sha256(files[key].read_bytes()).hexdigest() for key in sorted(files)}
 
 
 def stale_sources(recorded: dict) -> list:
     """Paths whose current sha256 differs from the recorded one (or that vanished)."""
-    now = sources_sha256()
+    now = sources_sha256(ATTENTION_SOURCES + CROSS_ENTROPY_SOURCES)
     return [p for p, h in recorded.items() if now.get(p) != h]
 
 
@@ -68,11 +73,11 @@ def today() -> str:
     return datetime.date.today().isoformat()
 
 
-def header(title: str) -> str:
-    """A text header naming GPU, date, versions and source hashes."""
+def header(title: str, extra=()) -> str:
+    """A text header naming GPU, date, versions and source hashes (`extra`: see sources_sha256)."""
     lines = [f"# {title}", f"# gpu: {gpu_name()}", f"# date: {today()}",
              "# versions: " + ", ".join(f"{k} {v}" for k, v in versions().items() if v)]
-    lines += [f"# sha256 {h}  {p}" for p, h in sources_sha256().items()]
+    lines += [f"# sha256 {h}  {p}" for p, h in sources_sha256(extra).items()]
     return "\n".join(lines) + "\n"
 
 

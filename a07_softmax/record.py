@@ -63,7 +63,8 @@ def notebooks(out: Path) -> int:
         lines.append(f"{nb.name:<40} {verdict:<7} {tail[-1].strip('= ') if tail else ''}")
         if p.returncode:
             lines.append("    " + "\n    ".join(p.stdout.splitlines()[-25:]))
-    text = provenance.header("every notebook executed under nbval on this GPU") + "\n" + "\n".join(lines) + "\n"
+    text = provenance.header("every notebook executed under nbval on this GPU",
+                             provenance.ATTENTION_SOURCES + provenance.CROSS_ENTROPY_SOURCES) + "\n" + "\n".join(lines) + "\n"
     out.write_text(text)
     print(text)
     return status

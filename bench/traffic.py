@@ -98,7 +98,7 @@ def measure(ncu: str = "ncu", raw: Path | None = None) -> dict:
     units = rows[0]
     out = {}
     for r in rows[1:]:
-        name = r["Kernel Name"]
+        name = r["Kernel Name"].split("/")[0]  # "<range>/<kernel>" for kernels inside a range
         if "|" not in name:
             continue
         scale = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}

@@ -147,3 +147,21 @@ def test_on_the_gpu_at_real_vocabularies(rng, vocab, dtype):
     ref_loss, ref_grad = CE.reference(seen, t, label_smoothing=0.1, z_loss=1e-4)
     assert accuracy.max_rel_err(loss, ref_loss, log=True) <= accuracy.tolerance("float32")
     assert _grad_err(grad, ref_grad) <= accuracy.tolerance(dtype)
+
+
+def test_backward_skips_rows_whose_factor_is_one_and_scales_the_rest(rng):
+    """reduction='none' with an upstream gradient of 1 on some rows: those rows keep the stored
+    gradient (the scaling kernel returns early there), the others are scaled; nothing else changes."""
+    x, t = _logits(rng, 6, 70), _targets(rng, 6, 70)
+    upstream = torch.tensor([1.0, 2.5, 1.0, -0.5, 0.0, 1.0], dtype=torch.float32)
+    x_seen, _, grad = _run(x, t, torch.float32, "cpu", reduction="none", upstream=upstream)
+    _, ref = CE.reference(x_seen, t, reduction="none")
+    assert _grad_err(grad, ref * upstream.numpy()[:, None].astype(np.float64)) < 1e-6
+
+
+def test_a_second_backward_is_refused():
+    x = torch.randn(3, 10, requires_grad=True)
+    loss = CE.cross_entropy(x, torch.tensor([1, 2, 3]))
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="twice"):
+        loss.backward()
