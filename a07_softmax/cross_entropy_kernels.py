@@ -3,8 +3,6 @@ A module of its own so that importing a07_softmax.cross_entropy needs no triton.
 import triton
 import triton.language as tl
 
-LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)  # exp(x) = exp2(x log2(e))
-
 
 @triton.jit
 def cross_entropy_fwd_bwd_kernel(X, T, LOSS, G, N_VALID, n_cols, stride_x, stride_g, ignore_index,
@@ -12,29 +10,29 @@ def cross_entropy_fwd_bwd_kernel(X, T, LOSS, G, N_VALID, n_cols, stride_x, strid
                                  WRITE_GRAD: tl.constexpr):
     # One program per row. Pass 1 reads the logits once for the online (m, s), the target's logit
     # and the sum of the logits (label smoothing); pass 2 reads them again to write the gradient,
-    # formed in fp32 and rounded once (p - 1 near p = 1 must not be formed in bf16). The online
-    # state is one (m, s) pair per row, moved once per tile: one exp per element, as exp2 with
-    # log2(e) folded in.
+    # formed in fp32 and rounded once (p - 1 near p = 1 must not be formed in bf16).
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     offs = tl.arange(0, TILE)
     t = tl.load(T + row).to(tl.int32)
     ignored = t == ignore_index
-    m = tl.full([], -float("inf"), tl.float32)
-    s = tl.full([], 0.0, tl.float32)
+    m = tl.full([TILE], -float("inf"), tl.float32)
+    s = tl.zeros([TILE], tl.float32)
     sum_x = tl.zeros([TILE], tl.float32)
     x_t = tl.zeros([TILE], tl.float32)
     for start in tl.range(0, n_cols, TILE):
         cols = start + offs
         x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, 0))
-        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)   # nothing finite yet: no -inf - -inf
-        s = s * tl.math.exp2((m - m_ref) * LOG2E) + tl.sum(tl.math.exp2((x - m_ref) * LOG2E), 0)
+        m_new = tl.maximum(m, x)
+        m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+        s = s * tl.exp(m - m_ref) + tl.exp(x - m_ref)
         m = m_new
         sum_x += tl.where(cols < n_cols, x, 0.0)
         x_t += tl.where(cols == t, x, 0.0)
-    m_row_ref = tl.where(m == -float("inf"), 0.0, m)
-    lse = m_row_ref + tl.log(s)
+    m_row = tl.max(m, 0)
+    m_row_ref = tl.where(m_row == -float("inf"), 0.0, m_row)
+    s_row = tl.sum(s * tl.exp(m - m_row_ref), 0)
+    lse = m_row_ref + tl.log(s_row)
     # a weight of 0 drops its term outright: 0 * -inf (a -inf logit) would be NaN
     target_term = tl.where(smoothing < 1.0, (1.0 - smoothing) * tl.sum(x_t, 0), 0.0)
     smooth_term = tl.where(smoothing > 0.0, smoothing / n_cols * tl.sum(sum_x, 0), 0.0)
@@ -48,7 +46,7 @@ def cross_entropy_fwd_bwd_kernel(X, T, LOSS, G, N_VALID, n_cols, stride_x, strid
         for start in tl.range(0, n_cols, TILE):
             cols = start + offs
             x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
-            p = tl.math.exp2((x - lse) * LOG2E)
+            p = tl.exp(x - lse)
             onehot = (cols == t).to(tl.float32)
             # p - onehot first (exact where p is exactly 1), then the small terms: formed in fp32,
             # rounded once at the store
