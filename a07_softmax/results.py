@@ -296,6 +296,7 @@ def attention_rows(d: dict, copy_gbps: float) -> list:
         if impl != "triton.flash_attention":
             continue
         flash, cudnn = runs.get(("sdpa.flash", hd, s, causal)), runs.get(("sdpa.cudnn", hd, s, causal))
+        cuda = runs.get(("cuda.attention (fp32)", hd, s, causal))
         naive = runs[(ATTENTION_NAIVE, hd, s, causal)]
         bh = r["batch"] * r["heads"]
         fused_b = A.traffic_bytes(bh, s, hd, 2)
@@ -304,6 +305,7 @@ def attention_rows(d: dict, copy_gbps: float) -> list:
         out.append(dict(head_dim=hd, seq=s, causal=causal, tflops=r["TFLOPs"],
                         flash=flash["TFLOPs"] if flash else float("nan"),
                         cudnn=cudnn["TFLOPs"] if cudnn else float("nan"),
+                        cuda_fp32=cuda["TFLOPs"] if cuda else float("nan"),
                         causal_speedup=(other["ms"] / r["ms"]) if causal else float("nan"),
                         ms=r["ms"], naive_ms=naive["ms"], bytes_ratio=naive_b / fused_b,
                         fused_bound_ms=fused_b / copy_gbps / 1e6, naive_bound_ms=naive_b / copy_gbps / 1e6))

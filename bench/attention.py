@@ -5,7 +5,9 @@ bf16, head dims 64 and 128, causal and not, S = 1024 ... 16384 at 16384 tokens p
 - triton.flash_attention: a07_softmax.attention (the course's Triton forward);
 - naive: Q K^T (bf16 scores written), the course's fused scale+mask+softmax (read, write), P V (read):
   the S x S matrix crosses DRAM four times;
-- sdpa.flash / sdpa.cudnn: torch.nn.functional.scaled_dot_product_attention pinned to one backend.
+- sdpa.flash / sdpa.cudnn: torch.nn.functional.scaled_dot_product_attention pinned to one backend;
+- cuda.attention (fp32): the readable CUDA kernel (a07_softmax.attention_cuda) on fp32 copies of the
+  same inputs, up to S = CUDA_MAX_SEQ (it runs on the CUDA cores: its speed is explained, not targeted).
 TFLOP/s count 4 S^2 d per head (two matmuls), halved for causal. Each output is checked against
 float64 attention of the first head; the times are medians of CUDA events after warm-up, every
 implementation timed in ROUNDS rounds in rotated order (bench.interleaved).
@@ -26,6 +28,7 @@ SEQS = (1024, 2048, 4096, 8192, 16384)
 HEAD_DIMS = (64, 128)
 TOKENS = 16384
 ROUNDS = 3
+CUDA_MAX_SEQ = 2048
 
 
 def main(argv=None) -> int:
@@ -41,6 +44,7 @@ def main(argv=None) -> int:
     from triton.testing import do_bench
 
     from a07_softmax import attention as A
+    from a07_softmax import attention_cuda as C
     from a07_softmax import bench, provenance
     from a07_softmax import triton_softmax as T
 
@@ -75,6 +79,11 @@ def main(argv=None) -> int:
                 impls = {"triton.flash_attention": lambda: A.flash_attention(q, k, v, causal=causal, out=out),
                          "naive (matmul, course softmax, matmul)": naive,
                          "sdpa.flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa.cudnn": sdpa(SDPBackend.CUDNN_ATTENTION)}
+                out32 = None
+                if s <= CUDA_MAX_SEQ:
+                    q32, k32, v32 = q.float(), k.float(), v.float()
+                    out32 = torch.empty_like(q32)
+                    impls["cuda.attention (fp32)"] = lambda: C.forward(q32, k32, v32, causal=causal, out=out32)
                 # float64 attention of the first head: the yardstick every output is held to
                 q64, k64, v64 = (t[:1, :1].double() for t in (q, k, v))
                 s64 = q64 @ k64.transpose(-1, -2) * scale
@@ -86,6 +95,8 @@ def main(argv=None) -> int:
                 for name, fn in impls.items():
                     try:
                         out.fill_(float("nan"))
+                        if out32 is not None:
+                            out32.fill_(float("nan"))
                         y = fn()
                         torch.cuda.synchronize()
                     except RuntimeError as e:  # a backend that does not take this shape
@@ -102,7 +113,7 @@ def main(argv=None) -> int:
                                      max_rel_err=errs[name]))
                     print(f"d {d:>3} S {s:>5} causal {causal!s:>5} {name:<40} {ms:8.3f} ms {flops / ms / 1e9:7.1f} "
                           f"TFLOP/s  err {errs[name]:.1e}", flush=True)
-                del q, k, v, out, scores
+                del q, k, v, out, scores, out32
                 torch.cuda.empty_cache()
     result = dict(gpu=provenance.gpu_name(), date=provenance.today(), versions=provenance.versions(),
                   sources_sha256=provenance.sources_sha256(provenance.ATTENTION_SOURCES), tokens=TOKENS, runs=runs,
