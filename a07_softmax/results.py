@@ -322,3 +322,15 @@ def attention_report(d: dict, copy_gbps: float) -> str:
                      f"{r['naive_ms'] / r['ms']:>17.2f}{r['bytes_ratio']:>7.1f}{r['ms']:>10.3f}{r['fused_bound_ms']:>7.3f}"
                      f"{r['naive_ms']:>10.3f}{r['naive_bound_ms']:>7.3f}")
     return "\n".join(lines)
+
+
+def attention_cuda_report(d: dict) -> str:
+    """The readable CUDA kernel (fp32, CUDA cores) beside the Triton kernel (bf16, tensor cores)."""
+    lines = [f"{'d':>4}{'S':>7}{'causal':>7}{'CUDA fp32 TFLOP/s':>19}{'ms':>9}{'Triton bf16 TFLOP/s':>21}"]
+    for r in attention_rows(d, 1.0):
+        if r["cuda_fp32"] == r["cuda_fp32"]:  # measured (not NaN)
+            ms = next(x["ms"] for x in d["runs"] if x["impl"] == "cuda.attention (fp32)" and x["seq"] == r["seq"]
+                      and x["head_dim"] == r["head_dim"] and x["causal"] == r["causal"])
+            lines.append(f"{r['head_dim']:>4}{r['seq']:>7}{'yes' if r['causal'] else 'no':>7}{r['cuda_fp32']:>19.1f}"
+                         f"{ms:>9.2f}{r['tflops']:>21.0f}")
+    return "\n".join(lines)

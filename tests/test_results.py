@@ -306,3 +306,18 @@ def test_notebook_10_reading_of_the_attention_run_holds():
     text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
     assert f"moves {min(ratios):.0f} to {max(ratios):.0f} times more bytes" in text
     assert "runs at 80 % of the flash backend or more" in text and "at least 1.8 times faster" in text
+
+
+def test_notebook_10_reading_of_the_cuda_kernel_holds():
+    """Notebook 10 calls the readable CUDA kernel about a hundred times slower than the Triton one in
+    the same run: hold the words to attention.json (every S <= 2048 point measured)."""
+    import json
+
+    from a07_softmax.paths import ROOT
+
+    rows = [r for r in results.attention_rows(results.load_attention(), 1.0) if r["seq"] <= 2048]
+    assert len(rows) == 8 and all(r["cuda_fp32"] == r["cuda_fp32"] for r in rows), "CUDA points missing"
+    assert all(50 <= r["tflops"] / r["cuda_fp32"] <= 200 for r in rows), [r["tflops"] / r["cuda_fp32"] for r in rows]
+    cells = json.loads((ROOT / "notebooks" / "10_attention.ipynb").read_text())["cells"]
+    text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
+    assert "About a hundred times slower than the Triton kernel" in text
