@@ -321,3 +321,31 @@ def test_notebook_10_reading_of_the_cuda_kernel_holds():
     cells = json.loads((ROOT / "notebooks" / "10_attention.ipynb").read_text())["cells"]
     text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
     assert "About a hundred times slower than the Triton kernel" in text
+
+
+def test_docs_performance_quotes_the_attention_and_cross_entropy_runs():
+    """The ranges docs/performance.md gives for Lab 4 and the cross-entropy, recomputed from the runs."""
+    import json
+
+    from a07_softmax.paths import ROOT
+
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    rows = results.attention_rows(results.load_attention(), 1.0)
+
+    def span(v, fmt=".0f"):
+        return f"{min(v):{fmt}}-{max(v):{fmt}}"
+    pct = {hd: span([100 * r["tflops"] / r["flash"] for r in rows if r["head_dim"] == hd and r["seq"] >= 4096])
+           for hd in (64, 128)}
+    assert f"{pct[64]} % of SDPA's flash backend at head dim 64 and {pct[128]} % at head dim 128" in doc
+    assert f"Causal runs {span([r['causal_speedup'] for r in rows if r['causal'] and r['seq'] >= 4096], '.2f')} times" in doc
+    ce = json.loads((results.RESULTS / "nvidia-h200" / "cross_entropy.json").read_text())
+    names = {"the course's Triton twin": "a07.cross_entropy",
+             "`torch.compile(F.cross_entropy)`, compiled per shape": "torch.compile(F.cross_entropy)",
+             "Liger's `LigerCrossEntropyLoss`": "liger.LigerCrossEntropyLoss", "eager `F.cross_entropy`": "F.cross_entropy"}
+    for label, impl in names.items():
+        cells = []
+        for mode, dtype in (("loss+grad", "float32"), ("loss+grad", "bfloat16"), ("loss", "float32"), ("loss", "bfloat16")):
+            v = [100 * r["GBps"] / ce["copy_GBps"] for r in ce["runs"]
+                 if r["impl"] == impl and r["mode"] == mode and r["dtype"] == dtype and r["vocab"] != 50257]
+            cells.append(f"{span(v)} %")
+        assert f"| {label} | " + " | ".join(cells) + " |" in doc, (label, cells)
