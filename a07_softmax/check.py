@@ -194,6 +194,75 @@ def diagnose_mask(got, ref) -> str | None:
     return None
 
 
+def ce_reference(x, t):
+    """Exercise 06's answers in float64: per-row loss and d sum(loss) / d x, ignored rows 0."""
+    from .cross_entropy import reference
+
+    with np.errstate(invalid="ignore"):  # padding rows (all -inf, ignored) are zeroed by the reference
+        return reference(x, t, reduction="none")
+
+
+def ce_grad_mismatch(got, ref) -> str | None:
+    """A gradient entry is a difference (p - onehot) that can cancel to nothing, so it is judged
+    normwise: the largest error against the largest entry of the row's gradient (1 at most)."""
+    got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        return f"output shape {got.shape}, expected {ref.shape}"
+    err = np.abs(got - ref)
+    err[~np.isfinite(got)] = np.inf
+    if err.max() <= 1e-5:
+        return None
+    i, j = (int(v) for v in np.unravel_index(np.argmax(err), err.shape))
+    return f"first large error at row {i}, col {j}: got {got[i, j]:.6g}, expected {ref[i, j]:.6g}"
+
+
+def diagnose_ce_loss(got, ref, t) -> str | None:
+    got = np.asarray(got, dtype=np.float64).reshape(-1)
+    ignored = np.flatnonzero(np.asarray(t) == -100)
+    bad = [int(r) for r in ignored if got[r] != 0.0]
+    if bad:
+        return (f"row {bad[0]} has target ignore_index (-100): its loss must be exactly 0 (select it with "
+                "tl.where; a multiplication by 0 keeps a NaN)")
+    if not np.isfinite(got[np.asarray(t) != -100]).all():
+        return "a loss came out inf or NaN: logsumexp needs the row's max subtracted before exp"
+    return None
+
+
+def diagnose_ce_grad(got, x, t) -> str | None:
+    """Recognise the usual wrong gradients of the cross-entropy."""
+    got, x, t = np.asarray(got, dtype=np.float64), np.asarray(x, dtype=np.float64), np.asarray(t)
+    keep = t != -100
+    bad = [int(r) for r in np.flatnonzero(~keep) if np.any(got[r] != 0.0)]
+    if bad:
+        return (f"row {bad[0]} has target ignore_index (-100): its gradient must be all zeros (select with tl.where; "
+                "0 * NaN is NaN)")
+    if not np.isfinite(got[keep]).all():
+        return "the gradient holds inf or NaN: exp(x) overflowed, subtract the row's max first"
+    from . import reference as R
+
+    with np.errstate(all="ignore"):
+        p = R.softmax(x[keep])
+    rows = np.arange(len(t))[keep]
+    onehot = np.zeros_like(p)
+    onehot[np.arange(len(rows)), t[keep]] = 1.0
+    shifted = np.zeros_like(p)  # the -1 one column late (none at all for a target in the last column)
+    nxt = t[keep] + 1
+    inside = nxt < x.shape[1]
+    shifted[np.arange(len(rows))[inside], nxt[inside]] = 1.0
+    g = got[keep]
+    near = lambda a: np.abs(g - a).max() < 1e-4  # noqa: E731
+    if near(p):
+        return "the gradient is softmax(x) alone: d loss / d x = softmax(x) - onehot(target), the -1 at the target is missing"
+    if near(onehot - p):
+        return "the gradient has the wrong sign: d loss / d x = softmax(x) - onehot(target)"
+    if near(p - shifted):
+        return "the -1 sits one column after the target: compare cols == t"
+    e = np.exp(x[keep] - x[keep].max(axis=1, keepdims=True))
+    if near(e - onehot):
+        return "softmax(x) was not divided by the row's sum of exps"
+    return None
+
+
 @dataclass
 class Case:
     """One check: a call the child makes on inputs only the parent knows the answer to, and the
@@ -371,21 +440,35 @@ def cases_06(rng, hidden: bool):
     lsm(3, 1000, 60, 100, "log_softmax of logits 60-100 (exp overflows fp32 without the max)")
     lsm(3, 3, -300, -200, "log_softmax of logits below -200 (log(0) without the max)")
 
-    def ce(rows, vocab, name, big=None):
-        hx = rng.normal(0, 8, size=(rows, vocab)).astype(np.float32)
+    def ce(rows, vocab, name, big=None, ignore=(), masked_ignored=False, what="both", low=False):
+        hx = (rng.uniform(-30, -20, size=(rows, vocab)) if low else rng.normal(0, 8, size=(rows, vocab))).astype(np.float32)
         t = rng.integers(0, vocab, size=rows)
         t[0], t[-1] = 0, vocab - 1          # targets at both ends of the vocabulary
         if big:
             hx[min(3, rows - 1), 7] = big
-        ref = R.cross_entropy(hx, t)
+        for r in ignore:
+            t[r] = -100
+        if masked_ignored:  # a padding row: every logit -inf, target ignored (must give 0, not NaN)
+            hx[ignore[0]] = -np.inf
+        ref_loss, ref_grad = ce_reference(hx, t)
         k = len(items)
-        items.append((name, "cross_entropy", {f"c{k}": hx, f"t{k}": t},
-                      [_arr(f"c{k}", **{"as": "torch"}), _arr(f"t{k}", **{"as": "torch"})],
-                      lambda got, ref=ref: mismatch(np.atleast_2d(got), ref[None, :], log=True)))
+        args = [_arr(f"c{k}", **{"as": "torch"}), _arr(f"t{k}", **{"as": "torch"})]
+        if what in ("both", "loss"):
+            items.append((f"{name}: the loss", "cross_entropy", {f"c{k}": hx, f"t{k}": t}, args,
+                          lambda got, ref=ref_loss, t=t: _with_hint(mismatch(np.atleast_2d(got), ref[None, :], log=True),
+                                                                    lambda: diagnose_ce_loss(got, ref, t))))
+        if what in ("both", "grad"):
+            items.append((f"{name}: the gradient", "cross_entropy_grad", {f"c{k}": hx, f"t{k}": t}, args,
+                          lambda got, ref=ref_grad, t=t, hx=hx: _with_hint(ce_grad_mismatch(got, ref),
+                                                                           lambda: diagnose_ce_grad(got, hx, t))))
 
-    ce(16, 1000, "cross_entropy, 16 x 1000, targets at both ends, one logit of 95", big=95.0)
+    ce(16, 1000, "16 x 1000, targets at both ends, one logit of 95", big=95.0)
+    ce(6, 77, "6 x 77 (not a power of two), rows 2 and 4 ignored (target -100)", ignore=(2, 4))
+    ce(4, 50, "4 x 50, row 1 is padding (every logit -inf, target ignored)", ignore=(1,), masked_ignored=True)
+    ce(3, 50, "3 x 50, every logit below -20 (the lanes past the tail must not count)", low=True)
     if hidden:
-        ce(int(rng.integers(3, 20)), int(rng.integers(100, 3000)), "hidden cross_entropy, random shape", big=120.0)
+        ce(int(rng.integers(5, 20)), int(rng.integers(100, 3000)), "hidden, random shape, one row ignored", big=120.0,
+           ignore=(2,))
         lsm(int(rng.integers(2, 9)), int(rng.integers(2, 2000)), -90, 90, "hidden log_softmax, random shape")
     return _calls_with_kwargs(items)
 
