@@ -349,3 +349,29 @@ def test_docs_performance_quotes_the_attention_and_cross_entropy_runs():
                  if r["impl"] == impl and r["mode"] == mode and r["dtype"] == dtype and r["vocab"] != 50257]
             cells.append(f"{span(v)} %")
         assert f"| {label} | " + " | ".join(cells) + " |" in doc, (label, cells)
+
+
+def test_traffic_script_reads_ncus_csv_by_nvtx_range(monkeypatch):
+    """bench/traffic.py: ncu's raw CSV (kernels renamed "<range>/<kernel>" by --print-nvtx-rename) is
+    summed per case, kernels outside a case's range (input set-up, warm-up) are left out, units are
+    honoured, and a case ncu never saw is an error, not a silent zero."""
+    import importlib.util
+    import subprocess
+
+    from a07_softmax.paths import ROOT
+
+    spec = importlib.util.spec_from_file_location("traffic", ROOT / "bench" / "traffic.py")
+    traffic = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(traffic)
+    case = traffic.case_name("cuda.scale_mask_softmax_unfused", "float32", 1024)
+    rows = ['"ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum"', '"","","Mbyte","byte"',
+            '"0","distribution_elementwise_grid_stride_kernel","999","999"',
+            f'"1","{case}/scale_kernel","268.5","268000000"', f'"2","{case}/add_mask_kernel","1,000.0","5"']
+    stdout = "==PROF== noise\n" + "\n".join(rows) + "\n"
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout, ""))
+    got = traffic.measure()
+    assert set(got) == {case}
+    rd, wr, n = got[case]
+    assert n == 2 and rd == pytest.approx(268.5e6 + 1000e6) and wr == pytest.approx(268000005)
+    with pytest.raises(RuntimeError, match="measured no kernel"):
+        traffic.summary(got)
