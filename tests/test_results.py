@@ -375,3 +375,15 @@ def test_traffic_script_reads_ncus_csv_by_nvtx_range(monkeypatch):
     assert n == 2 and rd == pytest.approx(268.5e6 + 1000e6) and wr == pytest.approx(268000005)
     with pytest.raises(RuntimeError, match="measured no kernel"):
         traffic.summary(got)
+
+
+def test_time_against_dram_reading_holds():
+    """Notebook 07: at 1024 columns every Lab 1 kernel takes longer than its DRAM bytes need (its
+    traversals from time exceed the DRAM ones), while the fast softmax's time is its bytes."""
+    d = results.load_bench("nvidia-h200")
+    rows = {(r["impl"], r["cols"]): r for r in results.load_traffic("nvidia-h200") if r["dtype"] == "float32"}
+    for k in ("softmax_safe_3pass", "softmax_online_2pass", "softmax_online_1pass"):
+        eff = results.effective_traversals(d, f"cuda.{k}")[1024]
+        assert eff > rows[(f"cuda.{k}", 1024)]["measured"] + 0.2, (k, eff)
+    for cols in (1024, 8192, 65536, 262144):
+        assert abs(results.effective_traversals(d, "cuda.softmax_fast")[cols] - 2) < 0.1, cols
