@@ -280,6 +280,56 @@ def traffic_report(rows: list, impls=None, dtype: str = "float32", bench: dict |
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------------
+# Lab 4: attention (bench/attention.py -> results/<gpu>/attention.json)
+# ------------------------------------------------------------------------------------------------
+ATTENTION_NAIVE = "naive (matmul, course softmax, matmul)"
+
+
+def load_attention(gpu: str = "nvidia-h200") -> dict:
+    return json.loads((RESULTS / gpu / "attention.json").read_text())
+
+
+def attention_rows(d: dict, copy_gbps: float) -> list:
+    """Per (head_dim, S, causal): the course's forward against SDPA's flash and cuDNN backends
+    (TFLOP/s), and against the naive pipeline in time and in the traffic model's bytes, each byte
+    count turned into the time it needs at the copy rate (a lower bound)."""
+    from . import attention as A
+
+    runs = {(r["impl"], r["head_dim"], r["seq"], r["causal"]): r for r in d["runs"]}
+    out = []
+    for (impl, hd, s, causal), r in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][2], kv[0][3])):
+        if impl != "triton.flash_attention":
+            continue
+        flash, cudnn = runs.get(("sdpa.flash", hd, s, causal)), runs.get(("sdpa.cudnn", hd, s, causal))
+        cuda = runs.get(("cuda.attention (fp32)", hd, s, causal))
+        naive = runs[(ATTENTION_NAIVE, hd, s, causal)]
+        bh = r["batch"] * r["heads"]
+        fused_b = A.traffic_bytes(bh, s, hd, 2)
+        naive_b = A.traffic_bytes(bh, s, hd, 2, fused=False, score_bytes=2)
+        other = runs[("triton.flash_attention", hd, s, not causal)]
+        out.append(dict(head_dim=hd, seq=s, causal=causal, tflops=r["TFLOPs"],
+                        flash=flash["TFLOPs"] if flash else float("nan"),
+                        cudnn=cudnn["TFLOPs"] if cudnn else float("nan"),
+                        cuda_fp32=cuda["TFLOPs"] if cuda else float("nan"),
+                        causal_speedup=(other["ms"] / r["ms"]) if causal else float("nan"),
+                        ms=r["ms"], naive_ms=naive["ms"], bytes_ratio=naive_b / fused_b,
+                        fused_bound_ms=fused_b / copy_gbps / 1e6, naive_bound_ms=naive_b / copy_gbps / 1e6))
+    return out
+
+
+def attention_report(d: dict, copy_gbps: float) -> str:
+    lines = [f"{'d':>4}{'S':>7}{'causal':>7}{'TFLOP/s':>9}{'flash':>7}{'% flash':>8}{'cuDNN':>7}{'causal x':>9}"
+             f"{'naive/fused time':>17}{'bytes':>7}{'fused ms':>10}{'bound':>7}{'naive ms':>10}{'bound':>7}"]
+    for r in attention_rows(d, copy_gbps):
+        cx = f"{r['causal_speedup']:.2f}" if r["causal"] else "-"
+        lines.append(f"{r['head_dim']:>4}{r['seq']:>7}{'yes' if r['causal'] else 'no':>7}{r['tflops']:>9.0f}"
+                     f"{r['flash']:>7.0f}{r['tflops'] / r['flash']:>8.0%}{r['cudnn']:>7.0f}{cx:>9}"
+                     f"{r['naive_ms'] / r['ms']:>17.2f}{r['bytes_ratio']:>7.1f}{r['ms']:>10.3f}{r['fused_bound_ms']:>7.3f}"
+                     f"{r['naive_ms']:>10.3f}{r['naive_bound_ms']:>7.3f}")
+    return "\n".join(lines)
+
+
 def attention_cuda_report(d: dict) -> str:
     """The readable CUDA kernel (fp32, CUDA cores) beside the Triton kernel (bf16, tensor cores)."""
     lines = [f"{'d':>4}{'S':>7}{'causal':>7}{'CUDA fp32 TFLOP/s':>19}{'ms':>9}{'Triton bf16 TFLOP/s':>21}"]
