@@ -176,7 +176,7 @@ def online_trace_no_rescale(row):
     return trace
 
 
-ATTENTION_MISTAKES = ("o not rescaled", "l not rescaled", "exp against the old max")
+ATTENTION_MISTAKES = ("o not rescaled", "l not rescaled", "exp against the old max", "no -inf guard")
 
 
 def attention_row_tiled(scores, V, tile: int, *, mistake: str | None = None) -> np.ndarray:
@@ -194,6 +194,8 @@ def attention_row_tiled(scores, V, tile: int, *, mistake: str | None = None) -> 
             x, v = scores[start:start + tile], V[start:start + tile]
             m_new = max(m, float(x.max()))
             ref = 0.0 if m_new == NEG_INF else m_new          # no visible key yet: never -inf - -inf
+            if mistake == "no -inf guard":                      # a tile that hides every key: NaN
+                ref = m_new
             a = math.exp(m - ref)
             e = np.exp(x - ((0.0 if m == NEG_INF else m) if mistake == "exp against the old max" else ref))
             l = (l if mistake == "l not rescaled" else l * a) + e.sum()
