@@ -340,3 +340,25 @@ def attention_cuda_report(d: dict) -> str:
             lines.append(f"{r['head_dim']:>4}{r['seq']:>7}{'yes' if r['causal'] else 'no':>7}{r['cuda_fp32']:>19.1f}"
                          f"{ms:>9.2f}{r['tflops']:>21.0f}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# The fused cross-entropy (bench/cross_entropy.py -> results/<gpu>/cross_entropy.json)
+# ------------------------------------------------------------------------------------------------
+CROSS_ENTROPY_IMPLS = {"a07.cross_entropy": "course (Triton)", "F.cross_entropy": "eager PyTorch",
+                       "torch.compile(F.cross_entropy)": "torch.compile", "liger.LigerCrossEntropyLoss": "Liger"}
+
+
+def load_cross_entropy(gpu: str = "nvidia-h200") -> dict:
+    return json.loads((RESULTS / gpu / "cross_entropy.json").read_text())
+
+
+def cross_entropy_report(d: dict, mode: str = "loss+grad", vocabs=(32768, 131072)) -> str:
+    """% of the copy rate (one read, plus one write for the gradient) and the memory each
+    implementation allocated beyond its inputs, per dtype and vocabulary."""
+    lines = [f"{'implementation':<16}{'dtype':>10}{'vocab':>8}{'ms':>8}{'% of copy':>11}{'extra MiB':>11}"]
+    for r in sorted((r for r in d["runs"] if r["mode"] == mode and r["vocab"] in vocabs),
+                    key=lambda r: (r["dtype"], r["vocab"], list(CROSS_ENTROPY_IMPLS).index(r["impl"]))):
+        lines.append(f"{CROSS_ENTROPY_IMPLS[r['impl']]:<16}{r['dtype']:>10}{r['vocab']:>8}{r['ms']:>8.3f}"
+                     f"{100 * r['GBps'] / d['copy_GBps']:>10.1f}%{r['peak_extra_bytes'] / 2**20:>11.0f}")
+    return "\n".join(lines)
