@@ -362,3 +362,40 @@ def cross_entropy_report(d: dict, mode: str = "loss+grad", vocabs=(32768, 131072
         lines.append(f"{CROSS_ENTROPY_IMPLS[r['impl']]:<16}{r['dtype']:>10}{r['vocab']:>8}{r['ms']:>8.3f}"
                      f"{100 * r['GBps'] / d['copy_GBps']:>10.1f}%{r['peak_extra_bytes'] / 2**20:>11.0f}")
     return "\n".join(lines)
+
+
+def plot_attention(d: dict, copy_gbps: float, head_dim: int = 128):
+    """Left: TFLOP/s against S for each implementation (solid: full, dashed: causal). Right: how
+    many times slower the naive pipeline is, against how many times more bytes the traffic model says
+    it moves: the points sit far below the diagonal because the fused kernel is not waiting for bytes."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.8))
+    names = ("triton.flash_attention", "sdpa.flash", "sdpa.cudnn", ATTENTION_NAIVE, "cuda.attention (fp32)")
+    for i, impl in enumerate(names):
+        for causal, ls in ((False, "-"), (True, "--")):
+            pts = sorted((r["seq"], r["TFLOPs"]) for r in d["runs"]
+                         if r["impl"] == impl and r["head_dim"] == head_dim and r["causal"] == causal)
+            if pts:
+                ax.plot(*zip(*pts), ls=ls, marker="o", color=f"C{i}", label=f"{impl}{' (causal)' if causal else ''}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("S (sequence length)")
+    ax.set_ylabel("TFLOP/s (causal counted as half)")
+    ax.set_title(f"bf16 (CUDA kernel: fp32), head dim {head_dim}\n{label(d)}", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    rows = attention_rows(d, copy_gbps)
+    for causal, marker in ((False, "o"), (True, "^")):
+        pts = [(r["bytes_ratio"], r["naive_ms"] / r["ms"]) for r in rows if r["causal"] == causal]
+        bx.scatter(*zip(*pts), marker=marker, label="causal" if causal else "full")
+    lim = [1, max(r["bytes_ratio"] for r in rows) * 1.5]
+    bx.plot(lim, lim, "k--", lw=1, label="time ratio = byte ratio")
+    bx.set_xscale("log")
+    bx.set_yscale("log")
+    bx.set_xlabel("naive / fused bytes (traffic model)")
+    bx.set_ylabel("naive / fused time (measured)")
+    bx.grid(alpha=0.3, which="both")
+    bx.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
