@@ -419,3 +419,27 @@ def test_the_50257_exception_named_in_notebook_08_is_real():
     d = results.load_cross_entropy("nvidia-h200")
     by = {(r["impl"], r["dtype"]): r for r in d["runs"] if r["mode"] == "loss+grad" and r["vocab"] == 50257}
     assert any(by[("a07.cross_entropy", dt)]["ms"] > by[("F.cross_entropy", dt)]["ms"] for dt in ("float32", "bfloat16"))
+
+
+def test_docs_performance_reads_the_dram_bytes_and_the_50257_point():
+    """The DRAM and V = 50257 figures docs/performance.md states in words, against the results."""
+    import json
+
+    from a07_softmax.paths import ROOT
+
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    t = {(r["impl"], r["dtype"], r["cols"]): r for r in results.load_traffic("nvidia-h200")}
+    reads = {k: r["read"] / (r["rows"] * r["cols"] * (4 if r["dtype"] == "float32" else 2)) for k, r in t.items()}
+    assert "reads long rows three times in fp32 from 65536 columns on (bf16: 1.7 reads at 65536, 3 at 262144)" in doc
+    assert all(abs(reads[("torch.softmax", "float32", c)] - 3) < 0.05 for c in (65536, 262144))
+    assert f"{reads[('torch.softmax', 'bfloat16', 65536)]:.1f}" == "1.7"
+    assert abs(reads[("torch.softmax", "bfloat16", 262144)] - 3) < 0.05
+    assert all(abs(reads[("cuda.softmax_fast", dt, c)] - 1) < 0.01 for _, dt, c in t if _ == "cuda.softmax_fast")
+    short = {dt: [r["model"] - r["measured"] for (i, d_, c), r in t.items() if d_ == dt and i == "cuda.softmax_fast"]
+             for dt in ("float32", "bfloat16")}
+    assert all(0.05 < v < 0.15 for v in short["float32"]) and all(0.15 < v < 0.25 for v in short["bfloat16"])
+    assert "below the model even where the model is exact" in doc
+    ce = json.loads((results.RESULTS / "nvidia-h200" / "cross_entropy.json").read_text())
+    pct = {r["dtype"]: 100 * r["GBps"] / ce["copy_GBps"] for r in ce["runs"]
+           if r["impl"] == "a07.cross_entropy" and r["vocab"] == 50257 and r["mode"] == "loss+grad"}
+    assert f"the twin falls to {pct['float32']:.0f} % (fp32) and {pct['bfloat16']:.0f} % (bf16) for loss + grad" in doc
