@@ -2,8 +2,17 @@
 
   results/<gpu>/bench.json + plots   (python -m a07_softmax.bench)
   results/<gpu>/run-cuda.txt         the output of `make run-cuda`, headed with provenance
+  results/<gpu>/sweeps.txt           bench/sweeps/fast_configs.py --all (the strategy table's evidence)
+  results/<gpu>/sweeps_row_grid.txt  bench/sweeps/lab_row_grid.py
+  results/<gpu>/sanitizer.txt        bench/sanitize.py (compute-sanitizer over every kernel)
+  results/<gpu>/traffic.txt          bench/traffic.py (DRAM bytes under Nsight Compute)
+  results/<gpu>/attention.json       bench/attention.py (Lab 4 against SDPA)
+  results/<gpu>/cross_entropy.json   bench/cross_entropy.py (against eager, torch.compile, Liger)
   notebooks/*.ipynb                  re-executed on the CPU (the GPU hidden), as `make notebooks` does
   results/<gpu>/notebooks.txt        every notebook executed under nbval on this GPU: passed/failed
+
+Steps can be named to run only some (`a07 results traffic attention`); they always run in the order
+above. Set A07_COMMIT to the commit being measured where git cannot say it (a copy of the tree).
 
 The order matters: notebooks 05, 07 and 09 print figures from bench.json, so after a new benchmark their
 stored outputs must be recomputed on the CPU before nbval compares them on the GPU (otherwise they
@@ -70,7 +79,25 @@ def notebooks(out: Path) -> int:
     return status
 
 
-STEPS = ("bench", "run-cuda", "refresh", "notebooks")
+# step -> (the file it writes under results/<gpu>/, the script and its arguments before --out)
+SCRIPTS = {
+    "sweeps": ("sweeps.txt", ["bench/sweeps/fast_configs.py", "--all"]),
+    "row-grid": ("sweeps_row_grid.txt", ["bench/sweeps/lab_row_grid.py"]),
+    "sanitizer": ("sanitizer.txt", ["bench/sanitize.py"]),
+    "traffic": ("traffic.txt", ["bench/traffic.py"]),
+    "attention": ("attention.json", ["bench/attention.py"]),
+    "cross-entropy": ("cross_entropy.json", ["bench/cross_entropy.py"]),
+}
+STEPS = ("bench", "run-cuda", *SCRIPTS, "refresh", "notebooks")
+# every committed result file, and the step that writes it (tests/test_results.py holds the folder to it)
+RESULT_FILES = {"bench.json": "bench", "run-cuda.txt": "run-cuda", "notebooks.txt": "notebooks",
+                **{name: step for step, (name, _) in SCRIPTS.items()}}
+
+
+def run_script(step: str, out_dir: Path) -> int:
+    name, cmd = SCRIPTS[step]
+    print(f"== {step}: {' '.join(cmd)}", flush=True)
+    return subprocess.run([sys.executable, *cmd, "--out", str(out_dir / name)], cwd=ROOT).returncode
 
 
 def main(argv=None) -> int:
@@ -97,6 +124,9 @@ def main(argv=None) -> int:
         status |= bench.main(["--out", str(out)])
     if "run-cuda" in args.what:
         status |= run_cuda(out / "run-cuda.txt")
+    for step in SCRIPTS:
+        if step in args.what:
+            status |= run_script(step, out)
     if "refresh" in args.what:
         status |= refresh_notebooks()
     if "notebooks" in args.what:

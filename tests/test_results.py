@@ -443,3 +443,18 @@ def test_docs_performance_reads_the_dram_bytes_and_the_50257_point():
     pct = {r["dtype"]: 100 * r["GBps"] / ce["copy_GBps"] for r in ce["runs"]
            if r["impl"] == "a07.cross_entropy" and r["vocab"] == 50257 and r["mode"] == "loss+grad"}
     assert f"the twin falls to {pct['float32']:.0f} % (fp32) and {pct['bfloat16']:.0f} % (bf16) for loss + grad" in doc
+
+
+def test_every_committed_result_has_a_step_that_rewrites_it():
+    """`make results` (a07_softmax.record) can regenerate every file in results/nvidia-h200/: each
+    one is named in RESULT_FILES with its step, and each script step's script exists. A new result
+    file without a step fails here."""
+    from a07_softmax import record
+    from a07_softmax.paths import ROOT
+
+    files = {p.name for p in (results.RESULTS / "nvidia-h200").iterdir() if p.suffix != ".png"}
+    assert files <= set(record.RESULT_FILES), f"no step writes {sorted(files - set(record.RESULT_FILES))}"
+    assert set(record.RESULT_FILES.values()) <= set(record.STEPS)
+    for name, cmd in record.SCRIPTS.values():
+        assert (ROOT / cmd[0]).is_file(), cmd
+        assert name in record.__doc__, f"record.py's docstring does not list {name}"
