@@ -216,15 +216,26 @@ def ce_grad_mismatch(got, ref) -> str | None:
     return f"first large error at row {i}, col {j}: got {got[i, j]:.6g}, expected {ref[i, j]:.6g}"
 
 
-def diagnose_ce_loss(got, ref, t) -> str | None:
-    got = np.asarray(got, dtype=np.float64).reshape(-1)
-    ignored = np.flatnonzero(np.asarray(t) == -100)
+def diagnose_ce_loss(got, x, t) -> str | None:
+    """Recognise the usual wrong losses of the cross-entropy (x: the logits the answer saw)."""
+    got, x, t = np.asarray(got, dtype=np.float64).reshape(-1), np.asarray(x, dtype=np.float64), np.asarray(t)
+    ignored = np.flatnonzero(t == -100)
     bad = [int(r) for r in ignored if got[r] != 0.0]
     if bad:
         return (f"row {bad[0]} has target ignore_index (-100): its loss must be exactly 0 (select it with "
                 "tl.where; a multiplication by 0 keeps a NaN)")
-    if not np.isfinite(got[np.asarray(t) != -100]).all():
+    keep = t != -100
+    if not np.isfinite(got[keep]).all():
         return "a loss came out inf or NaN: logsumexp needs the row's max subtracted before exp"
+    # the lanes between the row's end and the next power of two loaded as 0 and summed with the row
+    block = 1 << max(0, int(np.ceil(np.log2(x.shape[1]))))
+    if block > x.shape[1] and np.isfinite(x[keep]).all():
+        padded = np.concatenate([x[keep], np.zeros((int(keep.sum()), block - x.shape[1]))], axis=1)
+        m = padded.max(axis=1)
+        wrong = m + np.log(np.exp(padded - m[:, None]).sum(axis=1)) - x[keep, t[keep]]
+        if np.allclose(got[keep], wrong, rtol=1e-4, atol=1e-4):
+            return ("the lanes past the row's end were loaded as 0 and counted in the max and the sum: load them "
+                    "as -inf (other=-float(\"inf\")) so they add nothing")
     return None
 
 
@@ -455,8 +466,10 @@ def cases_06(rng, hidden: bool):
         args = [_arr(f"c{k}", **{"as": "torch"}), _arr(f"t{k}", **{"as": "torch"})]
         if what in ("both", "loss"):
             items.append((f"{name}: the loss", "cross_entropy", {f"c{k}": hx, f"t{k}": t}, args,
-                          lambda got, ref=ref_loss, t=t: _with_hint(mismatch(np.atleast_2d(got), ref[None, :], log=True),
-                                                                    lambda: diagnose_ce_loss(got, ref, t))))
+                          lambda got, ref=ref_loss, t=t, hx=hx: _with_hint(
+                              # one loss per row, judged as a column so that a mismatch names its row
+                              mismatch(np.asarray(got).reshape(-1, 1), ref[:, None], log=True),
+                              lambda: diagnose_ce_loss(got, hx, t))))
         if what in ("both", "grad"):
             items.append((f"{name}: the gradient", "cross_entropy_grad", {f"c{k}": hx, f"t{k}": t}, args,
                           lambda got, ref=ref_grad, t=t, hx=hx: _with_hint(ce_grad_mismatch(got, ref),
