@@ -7,8 +7,9 @@ A kernel is driven by a generated main() that reads its inputs from raw files, l
 a07cpu::launch, and writes its output. Argument kinds, in the kernel's parameter order:
   ("in", dtype)   a const input array (float32 or int32), read from a file
   ("out", shape)  a float32 output array, poisoned with NaN before the launch
-  ("i32", v), ("f32", v)   scalars
-("in"/"out" take float32, int32, float16 or bfloat16; 16-bit values travel as their raw bits.)
+  ("i32", v), ("i64", v), ("f32", v)   scalars
+  ("null", ctype)  a null pointer of that C type (an optional input left out)
+("in"/"out" take float32, int32, int64, float16 or bfloat16; 16-bit values travel as their raw bits.)
 The fast softmax's warp, block and two-pass strategies run here too (portability.h's plain-C++
 helpers stand in for its PTX); its cluster strategy needs what a CPU cannot give (distributed shared
 memory, mbarriers), and build() refuses it with that reason.
@@ -27,9 +28,9 @@ from .paths import ROOT
 
 HEADER = ROOT / "common" / "cpu_target.h"
 # dtype -> (the kernel's element type, the storage type the driver reads and writes)
-CTYPES = {"float32": ("float", "float"), "int32": ("int", "int"), "float16": ("f16_t", "unsigned short"),
-          "bfloat16": ("bf16_t", "unsigned short")}
-STORAGE = {"float32": np.float32, "int32": np.int32, "float16": np.float16, "bfloat16": np.uint16}
+CTYPES = {"float32": ("float", "float"), "int32": ("int", "int"), "int64": ("long long", "long long"),
+          "float16": ("f16_t", "unsigned short"), "bfloat16": ("bf16_t", "unsigned short")}
+STORAGE = {"float32": np.float32, "int32": np.int32, "int64": np.int64, "float16": np.float16, "bfloat16": np.uint16}
 
 
 class CpuTargetError(RuntimeError):
@@ -78,9 +79,14 @@ def driver_source(source_name: str, kernel: str, kinds) -> str:
         elif kind == "i32":
             lines.append(f"  const int s{i} = int(std::strtol(argv[a++], nullptr, 10));")
             call.append(f"s{i}")
+        elif kind == "i64":
+            lines.append(f"  const long long s{i} = std::strtoll(argv[a++], nullptr, 10);")
+            call.append(f"s{i}")
         elif kind == "f32":
             lines.append(f"  const float s{i} = float(std::strtod(argv[a++], nullptr));")
             call.append(f"s{i}")
+        elif kind == "null":
+            call.append(f"({what}*)nullptr")
         else:
             raise ValueError(f"unknown argument kind {kind!r}")
     locals_ = call
@@ -96,7 +102,7 @@ def driver_source(source_name: str, kernel: str, kinds) -> str:
 def build(source: Path, kernel: str, kinds, out_dir: Path, *, warp: int = 32, defines=(), timeout: float = 120) -> Path:
     """Compile `kernel` of `source` (a function name, or a template instance such as
     "softmax_fast_warp<float, 2, 16, 1, true>") for the CPU into out_dir; the executable's path."""
-    if kernel.startswith("softmax_fast_cluster"):
+    if "_cluster<" in kernel:
         raise CpuTargetError(f"{kernel} needs what a CPU cannot give (thread-block clusters: distributed shared "
                              "memory, mbarriers): it runs only on an NVIDIA sm_90 GPU (fast.plan() runs anywhere; "
                              "plan with clusters=0 for a strategy the CPU target runs)")
@@ -135,7 +141,7 @@ def argv(exe: Path, grid: int, block: int, kinds, values, work: Path):
             path = work / f"out{i}.bin"
             cmd += [str(path), str(int(np.prod(v)))]
             outs.append((i, path, tuple(v), what or "float32"))
-        else:
+        elif kind != "null":
             cmd.append(repr(float(v)) if kind == "f32" else str(int(v)))
     return cmd, outs
 

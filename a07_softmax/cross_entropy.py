@@ -1,5 +1,6 @@
-"""Cross-entropy with its gradient in the same kernel (issue 25, in progress: the Triton twin and the
-autograd function; the CUDA kernel of the fast family comes next).
+"""Cross-entropy with its gradient in the same kernel: the fast family's CUDA/HIP kernel
+(cuda/softmax_fast.cu, CrossEntropy row operation) on a GPU, and its Triton twin for reading (and
+for the CPU, through the Triton interpreter).
 
     loss = a07_softmax.cross_entropy.cross_entropy(logits, target)    # like F.cross_entropy
 
@@ -81,8 +82,59 @@ def _check(logits, target, ignore_index, reduction, label_smoothing, z_loss):
                          f"ignore_index ({ignore_index})")
 
 
-def _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out):
+BACKENDS = ("cuda", "triton")
+
+
+def _backend(logits, backend):
+    """The kernel that runs: "cuda" (the fast family, through CuPy) on a GPU where CuPy is installed,
+    else "triton" (the twin; on a CPU tensor, the Triton interpreter)."""
+    if backend is None:
+        if not logits.is_cuda:
+            return "triton"
+        try:
+            import cupy  # noqa: F401
+        except ImportError:
+            return "triton"
+        return "cuda"
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)} or None, got {backend!r}")
+    if backend == "cuda" and not logits.is_cuda:
+        raise ValueError("backend='cuda' needs the logits on the GPU; on the CPU the Triton twin runs (backend=None)")
+    return backend
+
+
+def _launch_cuda(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out, override=None):
+    """The fast family's kernel: per-row losses, and the gradient (already scaled by 1 / the number of
+    counted rows for a mean) into grad_out, which may be the logits themselves. The kernel always
+    writes a gradient; without grad_out its loss-only twin runs, which reads the logits once and
+    writes one float a row."""
+    import torch
+
+    from . import fast, native
+
+    rows, vocab = logits.shape
+    losses = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    n_valid = (target != ignore_index).sum().to(torch.float32).reshape(1)   # on the device: no sync
+    grad_scale = (1.0 / n_valid) if reduction == "mean" else None
+    grad = grad_out if grad_out is not None else logits  # the loss-only kernel never writes it
+    tgt = target if target.dtype == torch.int64 else target.long()
+    dtype = str(logits.dtype).replace("torch.", "")
+    with native.launch_context(logits):
+        extra = (np.uint64(native.pointer(tgt)), np.uint64(native.pointer(losses)),
+                 np.uint64(0 if grad_scale is None else native.pointer(grad_scale)), np.int64(ignore_index),
+                 np.float32(label_smoothing), np.float32(z_loss))
+        fast._launch("cross_entropy" if grad_out is not None else "cross_entropy_loss", logits, grad, rows, vocab,
+                     dtype, extra, (), dict(override or {}))  # override: plan()'s, for tests and the sanitizer
+    if reduction == "none":
+        return losses
+    total = losses.sum()
+    return total / n_valid[0] if reduction == "mean" else total
+
+
+def _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out, backend=None):
     """Per-row losses and, into grad_out, the gradient of the reduced loss (upstream gradient 1)."""
+    if _backend(logits, backend) == "cuda":
+        return _launch_cuda(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out)
     import contextlib
 
     import torch
@@ -133,9 +185,9 @@ def _function():
 
     class CrossEntropy(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, z_loss, inplace):
+        def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, z_loss, inplace, backend):
             grad = logits if inplace else torch.empty_like(logits)
-            loss = _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad)
+            loss = _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad, backend)
             ctx.save_for_backward(grad)
             ctx.used = False
             if inplace:
@@ -152,7 +204,7 @@ def _function():
             ctx.used = True
             (grad,) = ctx.saved_tensors
             _scale_rows(grad, grad_loss)
-            return grad, None, None, None, None, None, None
+            return grad, None, None, None, None, None, None, None
 
     return CrossEntropy
 
@@ -161,17 +213,19 @@ _FN = []
 
 
 def cross_entropy(logits, target, *, ignore_index: int = -100, reduction: str = "mean",
-                  label_smoothing: float = 0.0, z_loss: float = 0.0, inplace: bool = False):
+                  label_smoothing: float = 0.0, z_loss: float = 0.0, inplace: bool = False, backend: str | None = None):
     """F.cross_entropy(logits, target, ...) for (rows, vocab) logits (fp32, fp16, bf16) with the loss
     in fp32 and the gradient computed in the same kernel. `inplace`: the gradient overwrites the
     logits (which then must not be needed again). Without autograd (no grad required) only the
-    loss is computed."""
+    loss is computed (one read of the logits). `backend`:
+    "cuda" (the fast family's kernel, the default on a GPU with CuPy) or "triton" (the twin)."""
     _check(logits, target, ignore_index, reduction, label_smoothing, z_loss)
+    backend = _backend(logits, backend)
     if not logits.requires_grad:
-        return _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, None)
+        return _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, None, backend)
     if not _FN:
         _FN.append(_function())
-    return _FN[0].apply(logits, target, ignore_index, reduction, label_smoothing, z_loss, inplace)
+    return _FN[0].apply(logits, target, ignore_index, reduction, label_smoothing, z_loss, inplace, backend)
 
 
 def traffic_bytes(rows: int, vocab: int, elem_bytes: int = 2, *, fused: bool = True) -> int:

@@ -1,8 +1,12 @@
-"""The fast softmax (cuda/softmax_fast.cu): one entry, a strategy per row length.
+"""The fast softmax (cuda/softmax_fast.cu): one entry, a strategy per row length, and the fused
+operations built on the same kernel bodies.
 
     from a07_softmax import fast
     y = fast.softmax(x)          # x: (rows, cols) float32 / float16 / bfloat16, CuPy or CUDA torch
+    p = fast.scale_mask_softmax(scores, scale, causal=True)   # scores: (..., q_len, keys)
     fast.plan(cols, "bfloat16")  # which kernel, launch shape and why, without a GPU
+
+The cross-entropy kernel of the family is launched by a07_softmax.cross_entropy (backend="cuda").
 
 `plan()` is plain Python, so the choice is testable (and printable) on any machine; `softmax()`
 checks its arguments, compiles the chosen template instance once through CuPy RawModule (NVRTC on
@@ -10,7 +14,7 @@ NVIDIA, hiprtc on ROCm) and launches it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import functools
 import math
 
@@ -28,6 +32,9 @@ PORTABLE_CLUSTER = 8  # the largest cluster every sm_90 device runs; H100/H200 a
 MAX_CLUSTER = 16
 SMS = 132             # plan()'s default device for sizing cluster grids: an H100/H200
 STRATEGIES = ("warp", "block", "cluster", "2pass")
+# Row operations (cuda/softmax_fast.cu, "Row operations"): the kernel-name prefix of each.
+OPS = {"softmax": "softmax_fast", "scale_mask_softmax": "scale_mask_softmax_fast", "cross_entropy": "cross_entropy_fast",
+       "cross_entropy_loss": "cross_entropy_loss_fast"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,10 @@ class Strategies:
     block_tiers: tuple
     cluster_tiers: tuple
     twopass_vecs: int              # vectors a thread per step when the row is read twice
+    # misaligned rows of 8 or more vectors a thread are compiled for 1024 threads (the plain
+    # softmax's 512-thread instance spilled); 0: for the threads they launch, like the others
+    wide_misaligned_bound: int = 1024
+    misaligned_cluster_threads: int = 1024  # the largest block of a misaligned cluster row
 
 
 # The strategy table, per element size (4: fp32, 2: fp16/bf16). Its shape is general: few lanes
@@ -88,6 +99,29 @@ TABLE = {
         twopass_vecs=1),
 }
 
+# The fused operations carry more per row (a mask's span and pointer; the target, its logit and the
+# loss), so where the softmax's tier sits at its register bound theirs would spill (NVRTC's report,
+# held by tests/test_fast.py); those tiers change, nothing else:
+#   - scale_mask_softmax, 16-bit: scores are recomputed from the raw bits at every use in the
+#     cluster kernel, which spilled at every occupancy: rows longer than a block holds (16384) are
+#     read twice, two vectors a thread a step;
+#   - cross_entropy: fp16's 8 x 8 x 128 cluster tier promises 6 blocks an SM, not 7; misaligned
+#     16-bit rows of more than 262144 logits are read twice (their 512-thread cluster tier spilled);
+#     fp32 rows of more than 16384 logits go to a cluster instead of a 1024-thread block
+#     (misaligned: spilled).
+OP_TABLES = {
+    "softmax": TABLE,
+    "scale_mask_softmax": {4: TABLE[4], 2: replace(TABLE[2], cluster_tiers=(), twopass_vecs=2)},
+    "cross_entropy": {
+        4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3], wide_misaligned_bound=0),
+        2: replace(TABLE[2], misaligned_cluster_threads=256, cluster_tiers=tuple(replace(c, min_blocks=6) if (c.vecs, c.cluster, c.min_blocks) == (8, 8, 7)
+                                                 else c for c in TABLE[2].cluster_tiers))},
+}
+# the loss alone (no store) schedules differently: its 16-vector tiers spilled at 5 blocks an SM
+OP_TABLES["cross_entropy_loss"] = {4: OP_TABLES["cross_entropy"][4], 2: replace(
+    OP_TABLES["cross_entropy"][2], cluster_tiers=tuple(replace(c, min_blocks=4) if (c.vecs, c.max_threads, c.min_blocks) == (16, 128, 5)
+                                                       else c for c in OP_TABLES["cross_entropy"][2].cluster_tiers))}
+
 # What a tuning experiment or a test may force; anything else is a typo and an error.
 OVERRIDES = frozenset({"strategy", "vecs", "group", "rows_per_thread", "cluster", "threads", "min_blocks"})
 
@@ -111,12 +145,12 @@ def _pow2ceil(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
-def _instance(name: str, ctype: str, params: tuple, aligned: str) -> str:
-    return f"softmax_fast_{name}<{', '.join([ctype, *map(str, params), aligned])}>"
+def _instance(name: str, ctype: str, params: tuple, aligned: str, op: str = "softmax") -> str:
+    return f"{OPS[op]}_{name}<{', '.join([ctype, *map(str, params), aligned])}>"
 
 
 def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MAX_CLUSTER, warp_size: int = 32,
-         aligned: bool | None = None, resident=None, **override) -> Plan:
+         aligned: bool | None = None, resident=None, op: str = "softmax", **override) -> Plan:
     """The strategy for a (rows, cols) softmax of `dtype`. `clusters`: the largest thread-block
     cluster the device runs (0 or False: none, as on AMD and NVIDIA before sm_90; 8: portable;
     16: H100/H200). `aligned`: rows start on 16-byte boundaries (default: cols is a multiple of
@@ -125,20 +159,23 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     the GPU at once (softmax() asks the driver; by default SMS x blocks per SM // blocks per
     cluster, for the H200's 132 SMs). Keyword overrides (OVERRIDES: strategy, vecs, group,
     rows_per_thread, cluster, threads, min_blocks) are for tuning experiments and tests; an
-    unknown one is a TypeError."""
+    unknown one is a TypeError. `op` (OPS) names the row operation: the mapping is the same for
+    all, only the kernel's name differs."""
     unknown = sorted(set(override) - OVERRIDES)
     if unknown:
         raise TypeError(f"plan() got unknown override(s) {', '.join(unknown)}; "
                         f"the tunable ones are {', '.join(sorted(OVERRIDES))}")
     if dtype not in DTYPES:
         raise TypeError(f"dtype {dtype} not supported; the fast softmax takes {', '.join(DTYPES)}")
+    if op not in OPS:
+        raise ValueError(f"op must be one of {', '.join(OPS)}, got {op!r}")
     want = override.get("strategy")
     if want is not None and want not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {want!r}")
     ctype, size = DTYPES[dtype]
     n = VEC_BYTES // size                # elements per 16-byte vector
     rv = -(-cols // n)                   # vectors per row
-    t = TABLE[size]
+    t = OP_TABLES[op][size]
     al = "true" if (cols % n == 0 if aligned is None else aligned) else "false"
     max_cluster = MAX_CLUSTER if clusters is True else int(clusters or 0)
     # 1. short rows: a group of lanes per row, no barrier
@@ -147,7 +184,7 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
         vecs = override.get("vecs", _pow2ceil(-(-rv // group)))
         rpt = override.get("rows_per_thread", 1)
         per_block = (WARP_THREADS // group) * rpt
-        return Plan("warp", _instance("warp", ctype, (vecs, group, rpt), al), (vecs, group, rpt), -(-rows // per_block),
+        return Plan("warp", _instance("warp", ctype, (vecs, group, rpt), al, op), (vecs, group, rpt), -(-rows // per_block),
                     WARP_THREADS, per_block, f"{rv} vectors per row: {group} lanes x {vecs} vectors", WARP_THREADS)
     # 2. medium rows: a block per row
     if want in (None, "block"):
@@ -159,9 +196,10 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
                 # misaligned rows of 8 vectors a thread: ptxas gives the 512-thread instance a stack
                 # frame (spills, NVRTC's report) and the 1024-thread one none; the kernel reads
                 # blockDim.x, so the larger bound costs nothing but the register ceiling
-                bound = 1024 if (al == "false" and vecs >= 8) else _bound(threads)
+                bound = t.wide_misaligned_bound if (al == "false" and vecs >= 8 and t.wide_misaligned_bound) \
+                    else _bound(threads)
                 params = (vecs, bound)
-                return Plan("block", _instance("block", ctype, params, al), params, rows, threads, 1,
+                return Plan("block", _instance("block", ctype, params, al, op), params, rows, threads, 1,
                             f"{rv} vectors per row: {threads} threads x {vecs} vectors", params[1])
     # 3. long rows: a cluster of blocks per row, (m, s) exchanged through distributed shared memory;
     #    as many clusters as fit at once, sharing the rows through a ticket counter
@@ -171,8 +209,8 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
             # a misaligned row is loaded element by element, which needs more registers than
             # several blocks per SM would leave, and more than 8 vectors' worth spills: the same
             # row share in twice the threads where a tier has more, one block per SM promised
-            tiers = [ClusterTier(min(c.vecs, 8), c.cluster, min(1024, c.max_threads * c.vecs // min(c.vecs, 8)), 1)
-                     for c in tiers]
+            tiers = [ClusterTier(min(c.vecs, 8), c.cluster, c.max_threads * c.vecs // min(c.vecs, 8), 1) for c in tiers]
+            tiers = [c for c in tiers if c.max_threads <= t.misaligned_cluster_threads]
         tiers = [ClusterTier(override.get("vecs", c.vecs), override.get("cluster", c.cluster), c.max_threads,
                              override.get("min_blocks", c.min_blocks)) for c in tiers]  # overrides win
         # the first tier within its thread limit; a forced cluster may also take up to 1024 threads
@@ -185,7 +223,7 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
                 # constant (cuda/softmax_fast.cu); the threads past the row hold -inf
                 threads = _bound(threads)
                 params = (tier.vecs, tier.cluster, threads, tier.min_blocks)
-                name = _instance("cluster", ctype, params, al)
+                name = _instance("cluster", ctype, params, al, op)
                 fit = resident(name, tier.cluster, threads) if resident else max(1, SMS * tier.min_blocks // tier.cluster)
                 k = max(1, min(rows, fit))
                 return Plan("cluster", name, params, k * tier.cluster, threads, -(-rows // k),
@@ -197,7 +235,7 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     # 4. anything else: read the row twice
     threads = override.get("threads", TWOPASS_THREADS)
     vecs = override.get("vecs", t.twopass_vecs)
-    return Plan("2pass", _instance("2pass", ctype, (vecs,), al), (vecs,), rows, threads, 1,
+    return Plan("2pass", _instance("2pass", ctype, (vecs,), al, op), (vecs,), rows, threads, 1,
                 "row too long to keep on chip" + ("" if max_cluster >= 2 else " without clusters") + ": two reads",
                 TWOPASS_THREADS)
 
@@ -255,19 +293,20 @@ def simulate(row, dtype: str = "float32", warp_size: int = 32, **override):
 PLANNED_COLS = tuple(sorted({2**k for k in range(19)} | {3, 33, 1000, 1023, 3000, 16385, 262147}))
 
 
-def instances(dtypes=("float32", "bfloat16", "float16"), cols=PLANNED_COLS) -> dict:
+def instances(dtypes=("float32", "bfloat16", "float16"), cols=PLANNED_COLS, ops=tuple(OPS)) -> dict:
     """{template instance: its launch bound} for every instance softmax() can launch over these row
     lengths (odd ones included), aligned (where cols allows) and misaligned, with clusters of 16, of
     8 and none: what the compile tests build and bench/sanitize.py launches, so the strategy table
     and the compiled instances cannot drift apart."""
     out = {}
-    for dt in dtypes:
-        n = VEC_BYTES // DTYPES[dt][1]
-        for c in cols:
-            for aligned in (True, False):
-                for clusters in (MAX_CLUSTER, PORTABLE_CLUSTER, 0):
-                    p = plan(c, dt, 1024, aligned=aligned and c % n == 0, clusters=clusters)
-                    out[p.kernel] = p.launch_bound
+    for op in ops:
+        for dt in dtypes:
+            n = VEC_BYTES // DTYPES[dt][1]
+            for c in cols:
+                for aligned in (True, False):
+                    for clusters in (MAX_CLUSTER, PORTABLE_CLUSTER, 0):
+                        p = plan(c, dt, 1024, aligned=aligned and c % n == 0, clusters=clusters, op=op)
+                        out[p.kernel] = p.launch_bound
     return dict(sorted(out.items()))
 
 
@@ -280,6 +319,36 @@ def compile_report(names=None, arch: str = "sm_90"):
 _CPU_BUILDS: dict = {}
 
 
+def _run_on_cpu(op: str, x, dtype: str, extra_kinds, extra_values, outputs, *, aligned, warp_size, override):
+    """Build (once) and run the planned instance of `op` on the CPU target; {argument index: array}.
+    The kernel's arguments: x, y, rows, cols, then extra_kinds/extra_values; `outputs` are shapes of
+    extra outputs among them."""
+    import tempfile
+    from pathlib import Path
+
+    from . import cpu_target
+
+    if len(x.shape) != 2 or x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"x must be 2-D (rows, cols) with rows, cols >= 1, got shape {tuple(x.shape)}")
+    if dtype not in DTYPES:
+        raise TypeError(f"dtype {dtype} not supported; the fast softmax takes {', '.join(DTYPES)}")
+    rows, cols = map(int, x.shape)
+    p = plan(cols, dtype, rows, clusters=0, warp_size=warp_size, aligned=aligned, op=op, **override)
+    kinds = [("in", dtype), ("out", dtype), ("i32", None), ("i32", None), *extra_kinds]
+    key = (p.kernel, warp_size, tuple(kinds))  # a null pointer and an array build different drivers
+    if key not in _CPU_BUILDS:
+        work = cpu_target.scratch()
+        _CPU_BUILDS[key] = (cpu_target.build(native.ROOT / SOURCE["CUDA"], p.kernel, kinds, work, warp=warp_size), work)
+    exe, work = _CPU_BUILDS[key]
+    with tempfile.TemporaryDirectory(dir=work) as run_dir:
+        return cpu_target.run(exe, p.grid, p.threads, kinds, [x, (rows, cols), rows, cols, *extra_values],
+                              Path(run_dir))
+
+
+def _host(x):
+    return np.asarray(x) if not type(x).__module__.startswith("torch") else x
+
+
 def softmax_on_cpu(x, dtype: str = "float32", *, aligned: bool | None = None, warp_size: int = 32, **override):
     """The same kernel source on the CPU target (common/cpu_target.h): plan() without clusters picks
     the instance (warp, block or two-pass strategy), the system C++ compiler builds it, and a CPU
@@ -287,26 +356,95 @@ def softmax_on_cpu(x, dtype: str = "float32", *, aligned: bool | None = None, wa
     check the fast kernels' arithmetic against float64. `x`: a (rows, cols) array of values
     (NumPy, any float dtype; rounded to `dtype`); returns float32 values of the `dtype` output.
     `aligned=False` forces the element-by-element path."""
-    import tempfile
-    from pathlib import Path
+    return _run_on_cpu("softmax", _host(x), dtype, [], [], [], aligned=aligned, warp_size=warp_size,
+                       override=override)[1]
 
-    from . import cpu_target
 
-    x = np.asarray(x) if not type(x).__module__.startswith("torch") else x
-    if len(x.shape) != 2 or x.shape[0] < 1 or x.shape[1] < 1:
-        raise ValueError(f"x must be 2-D (rows, cols) with rows, cols >= 1, got shape {tuple(x.shape)}")
-    if dtype not in DTYPES:
-        raise TypeError(f"dtype {dtype} not supported; the fast softmax takes {', '.join(DTYPES)}")
-    rows, cols = map(int, x.shape)
-    p = plan(cols, dtype, rows, clusters=0, warp_size=warp_size, aligned=aligned, **override)
-    kinds = [("in", dtype), ("out", dtype), ("i32", None), ("i32", None)]
-    key = (p.kernel, warp_size)
-    if key not in _CPU_BUILDS:
-        work = cpu_target.scratch()
-        _CPU_BUILDS[key] = (cpu_target.build(native.ROOT / SOURCE["CUDA"], p.kernel, kinds, work, warp=warp_size), work)
-    exe, work = _CPU_BUILDS[key]
-    with tempfile.TemporaryDirectory(dir=work) as run_dir:
-        return cpu_target.run(exe, p.grid, p.threads, kinds, [x, (rows, cols), rows, cols], Path(run_dir))[1]
+def scale_mask_softmax_on_cpu(x, scale: float = 1.0, dtype: str = "float32", *, causal: bool = False,
+                              window: int = 0, valid_len=None, mask=None, q_len: int | None = None,
+                              aligned: bool | None = None, warp_size: int = 32, **override):
+    """scale_mask_softmax() on the CPU target, for tests and laptops: `x` (rows, cols) or (batch, q_len,
+    cols) or (batch, heads, q_len, cols) values; valid_len (rows,) integers; mask additive values that
+    broadcast against x (see scale_mask_softmax). Returns the (rows, cols) float32 values of the output."""
+    x = np.asarray(x)
+    shape4, q = _query_layout(x.shape, q_len)
+    x2 = x.reshape(-1, x.shape[-1])
+    rows, cols = x2.shape
+    native.check_mask_args(rows, cols, scale, q, window, causal)
+    kinds, values = [("f32", None), ("i32", None), ("i32", None), ("i32", None), ("i32", None)], \
+        [scale, shape4[1], q, int(causal), int(window)]
+    if valid_len is None:
+        kinds.append(("null", "int"))
+        values.append(None)
+    else:
+        vl = np.asarray(valid_len)
+        if vl.shape != (rows,):
+            raise ValueError(f"valid_len must have shape ({rows},), got {vl.shape}")
+        kinds.append(("in", "int32"))
+        values.append(vl.astype(np.int32))
+    ctype = DTYPES[dtype][0]
+    if mask is None:
+        kinds += [("null", ctype), ("i64", None), ("i64", None), ("i64", None)]
+        values += [None, 0, 0, 0]
+    else:
+        base = np.ascontiguousarray(np.asarray(mask, dtype=np.float32))
+        if base.ndim == 0 or base.shape[-1] != cols:  # broadcast along the keys: materialised
+            base = np.ascontiguousarray(np.broadcast_to(base, _logical_shape(x.shape, shape4)))
+        strides = _mask_strides(np.broadcast_to(base, _logical_shape(x.shape, shape4)).strides, 4, shape4, x.ndim)
+        kinds += [("in", dtype), ("i64", None), ("i64", None), ("i64", None)]
+        values += [base.reshape(-1), *strides]
+    return _run_on_cpu("scale_mask_softmax", x2, dtype, kinds, values, [], aligned=aligned, warp_size=warp_size,
+                       override=override)[1]
+
+
+def cross_entropy_on_cpu(logits, target, dtype: str = "float32", *, ignore_index: int = -100,
+                         label_smoothing: float = 0.0, z_loss: float = 0.0, grad_scale: float | None = None,
+                         grad: bool = True, aligned: bool | None = None, warp_size: int = 32, **override):
+    """The cross-entropy kernel on the CPU target: (per-row loss, gradient) as float32 arrays, the
+    gradient of the summed loss times grad_scale (None: 1), rounded to `dtype`. grad=False runs the
+    loss-only kernel; the gradient returned is then the poisoned (NaN) buffer it must not touch."""
+    x = np.asarray(logits)
+    rows, _ = x.shape
+    t = np.asarray(target, dtype=np.int64)
+    kinds = [("in", "int64"), ("out", None), ("null", "float") if grad_scale is None else ("in", "float32"),
+             ("i64", None), ("f32", None), ("f32", None)]
+    values = [t, (rows,), None if grad_scale is None else np.array([grad_scale], np.float32), ignore_index,
+              label_smoothing, z_loss]
+    out = _run_on_cpu("cross_entropy" if grad else "cross_entropy_loss", x, dtype, kinds, values, [],
+                      aligned=aligned, warp_size=warp_size, override=override)
+    return out[5], out[1]
+
+
+def _query_layout(shape, q_len):
+    """(batch, heads, q_len, cols) of scores of `shape`: (rows, cols) with q_len query rows a batch
+    (default: all rows), (batch, q_len, cols), or (batch, heads, q_len, cols); and q_len."""
+    if len(shape) not in (2, 3, 4):
+        raise ValueError(f"scores must be (rows, cols), (batch, q_len, cols) or (batch, heads, q_len, cols), "
+                         f"got shape {tuple(shape)}")
+    if len(shape) == 2:
+        q = shape[0] if q_len is None else q_len
+        if isinstance(q, bool) or not isinstance(q, (int, np.integer)) or q < 1 or shape[0] % q:
+            raise ValueError(f"q_len must be a positive integer dividing rows ({shape[0]}), got {q_len!r}")
+        return (shape[0] // q, 1, int(q), shape[1]), int(q)
+    if q_len is not None and q_len != shape[-2]:
+        raise ValueError(f"q_len = {q_len} contradicts the scores' shape {tuple(shape)} (q_len is shape[-2])")
+    return ((shape[0], 1) if len(shape) == 3 else tuple(shape[:2])) + tuple(shape[-2:]), int(shape[-2])
+
+
+def _logical_shape(shape, shape4):
+    """The shape a mask broadcasts against: the scores' own shape, or (batch, q_len, cols) for 2-D scores."""
+    return (shape4[0], shape4[2], shape4[3]) if len(shape) == 2 else tuple(shape)
+
+
+def _mask_strides(byte_strides, itemsize, shape4, ndim):
+    """(batch, head, query) element strides of a mask broadcast to the scores' logical shape; its key
+    stride must be 1 (a mask broadcast along the keys is materialised first by the caller)."""
+    st = [s // itemsize for s in byte_strides]
+    if st[-1] != 1:
+        raise ValueError("the mask's last dimension must be contiguous (stride 1)")
+    if ndim == 4:
+        return st[0], st[1], st[2]
+    return st[0], 0, st[1]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -421,22 +559,102 @@ def softmax(x, out=None, *, defines=(), **override):
     with native.launch_context(x):
         if out is None:
             out = native._empty_like(x)
-        vendor, clusters, warp_size = device_info()
-        clusters = min(clusters, override.pop("clusters", clusters))  # a smaller limit, for tests
-        n = VEC_BYTES // DTYPES[dtype][1]
-        px, py = native.pointer(x), native.pointer(out)
-        aligned = cols % n == 0 and px % VEC_BYTES == 0 and py % VEC_BYTES == 0
-        most = override.pop("resident", None)
-        fit = (lambda *a: resident_clusters(*a, defines)) if most is None else \
-            (lambda *a: min(int(most), resident_clusters(*a, defines)))
-        p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, resident=fit, **override)
-        cluster = p.strategy == "cluster"
-        fn = kernel(p.kernel, p.params[1] if cluster else 0, defines)
-        args = (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols))
-        if cluster:
+        _launch("softmax", x, out, rows, cols, dtype, (), defines, override)
+    return out
+
+
+def _launch(op: str, x, out, rows: int, cols: int, dtype: str, extra: tuple, defines, override):
+    """Plan and launch `op` over (rows, cols) x into out, with the operation's arguments `extra`."""
+    vendor, clusters, warp_size = device_info()
+    clusters = min(clusters, override.pop("clusters", clusters))  # a smaller limit, for tests
+    n = VEC_BYTES // DTYPES[dtype][1]
+    px, py = native.pointer(x), native.pointer(out)
+    aligned = cols % n == 0 and px % VEC_BYTES == 0 and py % VEC_BYTES == 0
+    most = override.pop("resident", None)
+    fit = (lambda *a: resident_clusters(*a, defines)) if most is None else \
+        (lambda *a: min(int(most), resident_clusters(*a, defines)))
+    p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, resident=fit, op=op,
+             **override)
+    cluster = p.strategy == "cluster"
+    fn = kernel(p.kernel, p.params[1] if cluster else 0, defines)
+    args = (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols))
+    if cluster:
+        import cupy
+
+        # zeroed per call, on the launch's stream: launches on other streams may overlap
+        args += (cupy.zeros(1, dtype=np.int32),)
+    fn((p.grid,), (p.threads,), args + tuple(extra))
+    return p
+
+
+def scale_mask_softmax(x, scale: float = 1.0, *, causal: bool = False, window: int = 0, valid_len=None, mask=None,
+                       q_len: int | None = None, out=None, defines=(), **override):
+    """softmax(x * scale + mask) in the fast family: Lab 2's operation (native.scale_mask_softmax,
+    same arguments and mask rules) at the fast softmax's speed, any row length, fp32 / fp16 / bf16.
+
+    x: scores (rows, cols), (batch, q_len, cols) or (batch, heads, q_len, cols), contiguous, on the
+    GPU. The mask is generated from indices (query i = row % q_len sees key j when j <= i with
+    `causal`, j > i - window with `window`, j < valid_len[row] with `valid_len`, int32 (rows,)) and
+    the masked columns are never read: a causal row reads i + 1 keys. `mask`: an additive mask of
+    x's dtype (or bool, True = keep) that broadcasts against x, or against (batch, q_len, cols) for
+    2-D scores; its broadcast dimensions cost nothing (read through strides). A row with no visible
+    key comes back as zeros. `out` may be x itself."""
+    m = native.meta(x)
+    shape4, q = _query_layout(m.shape, q_len)
+    if not m.contiguous:
+        raise ValueError("x is not C-contiguous (a transpose or a strided slice?); pass .contiguous() / .copy()")
+    x2 = x.reshape(-1, m.shape[-1])
+    out2 = None if out is None else out.reshape(-1, m.shape[-1]) if native.meta(out).contiguous else out
+    rows, cols, dtype = check(x2, out2)
+    native.check_mask_args(rows, cols, scale, q, window, causal)
+    if valid_len is not None:
+        native.check_valid_len(valid_len, x, rows, cols)
+    mask_args = _device_mask(mask, x, m, shape4, dtype) if mask is not None else (None, 0, 0, 0)
+    with native.launch_context(x):
+        if out is None:
+            out = native._empty_like(x)
+            out2 = out.reshape(rows, cols)
+        base, sb, sh, sq = mask_args
+        extra = (np.float32(scale), np.int32(shape4[1]), np.int32(q), np.int32(bool(causal)), np.int32(window),
+                 np.uint64(0 if valid_len is None else native.pointer(valid_len)),
+                 np.uint64(0 if base is None else native.pointer(base)), np.int64(sb), np.int64(sh), np.int64(sq))
+        _launch("scale_mask_softmax", x2, out2, rows, cols, dtype, extra, defines, override)
+    return out
+
+
+def _device_mask(mask, x, m, shape4, dtype):
+    """(the mask's storage, batch / head / query strides) of an additive mask for the kernel."""
+    mm = native.meta(mask)
+    if not mm.on_device or (m.device is not None and mm.device is not None and mm.device != m.device):
+        raise ValueError(f"mask must be on x's GPU, got a {mm.kind} array{'' if mm.on_device else ' in host memory'}")
+    logical = _logical_shape(m.shape, shape4)
+    torch_like = type(mask).__module__.startswith("torch")
+    if mm.dtype == "bool":  # True = keep, as torch's attention masks
+        if torch_like:
+            import torch
+
+            mask = torch.where(mask, 0.0, float("-inf")).to(x.dtype)
+        else:
             import cupy
 
-            # zeroed per call, on the launch's stream: launches on other streams may overlap
-            args += (cupy.zeros(1, dtype=np.int32),)
-        fn((p.grid,), (p.threads,), args)
-    return out
+            mask = cupy.where(mask, 0.0, -np.inf).astype(x.dtype)
+    elif mm.dtype != dtype:
+        raise TypeError(f"mask has dtype {mm.dtype}; it must be x's ({dtype}) or bool")
+    try:
+        if torch_like:
+            import torch
+
+            if mask.dim() == 0 or mask.shape[-1] != m.shape[-1] or mask.stride(-1) != 1:
+                mask = torch.broadcast_to(mask, logical).contiguous()   # broadcast along the keys: materialised
+            view = torch.broadcast_to(mask, logical)
+            strides, item = [st * mask.element_size() for st in view.stride()], mask.element_size()
+        else:
+            import cupy
+
+            if mask.ndim == 0 or mask.shape[-1] != m.shape[-1] or mask.strides[-1] != mask.itemsize:
+                mask = cupy.ascontiguousarray(cupy.broadcast_to(mask, logical))
+            view = cupy.broadcast_to(mask, logical)
+            strides, item = view.strides, mask.itemsize
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"mask of shape {mm.shape} does not broadcast against {logical}: {e}") from None
+    return (view, *_mask_strides(strides, item, shape4, len(m.shape)))

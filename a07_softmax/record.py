@@ -8,6 +8,7 @@
   results/<gpu>/traffic.txt          bench/traffic.py (DRAM bytes under Nsight Compute)
   results/<gpu>/attention.json       bench/attention.py (Lab 4 against SDPA)
   results/<gpu>/cross_entropy.json   bench/cross_entropy.py (against eager, torch.compile, Liger)
+  results/<gpu>/scale_mask.json      bench/scale_mask.py (fused scale + mask + softmax against its peers)
   notebooks/*.ipynb                  re-executed on the CPU (the GPU hidden), as `make notebooks` does
   results/<gpu>/notebooks.txt        every notebook executed under nbval on this GPU: passed/failed
 
@@ -87,6 +88,7 @@ SCRIPTS = {
     "traffic": ("traffic.txt", ["bench/traffic.py"]),
     "attention": ("attention.json", ["bench/attention.py"]),
     "cross-entropy": ("cross_entropy.json", ["bench/cross_entropy.py"]),
+    "scale-mask": ("scale_mask.json", ["bench/scale_mask.py"]),
 }
 STEPS = ("bench", "run-cuda", *SCRIPTS, "refresh", "notebooks")
 # every committed result file, and the step that writes it (tests/test_results.py holds the folder to it)

@@ -220,16 +220,16 @@ def online_softmax(row) -> np.ndarray:
 @dataclass(frozen=True)
 class Traffic:
     name: str
-    reads: int
+    reads: float  # traversals: 0.5 where a kernel reads half the tensor (a causal mask's span)
     writes: int
     description: str
 
     @property
-    def traversals(self) -> int:
+    def traversals(self) -> float:
         return self.reads + self.writes
 
     def bytes(self, rows: int, cols: int, elem_bytes: int = 4) -> int:
-        return self.traversals * rows * cols * elem_bytes
+        return int(self.traversals * rows * cols * elem_bytes)
 
 
 _DESCRIPTIONS = {
@@ -248,6 +248,9 @@ TRAFFIC = {
         *(Traffic(name, r, w, _DESCRIPTIONS[name])
           for name, r, w in constants.LAB1_KERNELS_TRAFFIC + constants.LAB2_PATHS_TRAFFIC),
         Traffic("softmax_fast", 1, 1, "row on chip however long (warp, block, cluster): one read, one write"),
+        Traffic("scale_mask_softmax_fast_causal", 0.5, 1,
+                "causal rows read up to their diagonal (half the scores on average), write every column"),
+        Traffic("cross_entropy_fast", 1, 1, "logits read once, gradient written once (plus a float a row)"),
         Traffic("log_softmax", 1, 1, "fused: read once, write once"),
         Traffic("log_of_softmax", 2, 2, "softmax (1R+1W) then log (1R+1W)"),
         Traffic("scale_mask_softmax_torch", 3, 3, "eager torch: scale 1R+1W, add mask 1R+1W, softmax 1R+1W"),

@@ -258,7 +258,7 @@ def load_traffic(gpu: str = "nvidia-h200") -> list:
             continue
         impl, dtype, rows, cols, kernels, model, rd, wr, meas = line.split("\t")
         out.append(dict(impl=impl, dtype=dtype, rows=int(rows), cols=int(cols), kernels=int(kernels),
-                        model=int(model), read=float(rd), written=float(wr), measured=float(meas)))
+                        model=float(model), read=float(rd), written=float(wr), measured=float(meas)))
     return out
 
 
@@ -344,7 +344,8 @@ def attention_cuda_report(d: dict) -> str:
 # ------------------------------------------------------------------------------------------------
 # The fused cross-entropy (bench/cross_entropy.py -> results/<gpu>/cross_entropy.json)
 # ------------------------------------------------------------------------------------------------
-CROSS_ENTROPY_IMPLS = {"a07.cross_entropy": "course (Triton)", "F.cross_entropy": "eager PyTorch",
+CROSS_ENTROPY_IMPLS = {"a07.fast.cross_entropy": "course (CUDA)", "a07.cross_entropy": "course (Triton)",
+                       "F.cross_entropy": "eager PyTorch",
                        "torch.compile(F.cross_entropy)": "torch.compile", "liger.LigerCrossEntropyLoss": "Liger"}
 
 

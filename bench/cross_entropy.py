@@ -3,8 +3,10 @@ backward), for language-model vocabularies.
 
 V in {32768, 50257, 128256, 131072, 262144}, bf16 and fp32 logits, rows = 1 GiB of logits / row
 bytes (many times the 60 MB L2). Implementations:
-- a07.cross_entropy: a07_softmax.cross_entropy (the Triton twin; gradient in the forward kernel, the
-  backward a scaling that returns at once for an upstream gradient of 1);
+- a07.fast.cross_entropy: a07_softmax.cross_entropy with backend="cuda", the fast family's kernel
+  (the row on chip: one read of the logits, one write of the gradient; the loss alone: one read);
+- a07.cross_entropy: the same function with backend="triton", the Triton twin (gradient in the
+  forward kernel, the backward a scaling that returns at once for an upstream gradient of 1);
 - F.cross_entropy (eager PyTorch), torch.compile(F.cross_entropy), and Liger's
   LigerCrossEntropyLoss where liger_kernel imports.
 Bandwidth is always one read + one write of the logits for loss + gradient ("copy-equivalent"),
@@ -73,7 +75,8 @@ def main(argv=None) -> int:
             torch._dynamo.reset()
             compiled = torch.compile(loss_sum, dynamic=False)
             ref_loss, ref_grad = CE.reference(x[:64].double().cpu().numpy(), t[:64].cpu().numpy(), reduction="sum")
-            peers = {"a07.cross_entropy": lambda x, t: CE.cross_entropy(x, t, reduction="sum"),
+            peers = {"a07.fast.cross_entropy": lambda x, t: CE.cross_entropy(x, t, reduction="sum", backend="cuda"),
+                     "a07.cross_entropy": lambda x, t: CE.cross_entropy(x, t, reduction="sum", backend="triton"),
                      "F.cross_entropy": lambda x, t: F.cross_entropy(x, t, reduction="sum"),
                      "torch.compile(F.cross_entropy)": compiled}
             if liger is not None:

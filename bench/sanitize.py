@@ -1,6 +1,7 @@
 """compute-sanitizer over every kernel the course ships: each fast-softmax template instance that
 softmax() can launch (fast.instances(): every strategy, dtype, aligned and misaligned, clusters of
-16, of 8 and none), the Lab 1 and Lab 2 kernels, and the Triton kernels, each launched on a small
+16, of 8 and none), the same for the fused operations (scale + mask + softmax, cross-entropy with
+and without its gradient), the Lab 1 and Lab 2 kernels, and the Triton kernels, each launched on a small
 input with tails. memcheck (out-of-bounds and misaligned accesses), racecheck (shared-memory
 hazards) and synccheck (barriers not every thread reaches) each run the whole set in one process;
 the summary records the tool's version, the instances and the error count, with the provenance
@@ -52,6 +53,32 @@ def launch_all() -> list:
                     fast.softmax(x, clusters=clusters)
                     torch.cuda.synchronize()
                     launched.append(p.kernel)
+    # the fused operations on the same bodies: every instance their plans can pick, with every mask
+    # kind (scale + mask) and ignored rows, label smoothing and z-loss (cross-entropy)
+    from a07_softmax import cross_entropy as CE
+
+    for op in ("scale_mask_softmax", "cross_entropy", "cross_entropy_loss"):
+        for dt in fast.DTYPES:
+            n = fast.VEC_BYTES // fast.DTYPES[dt][1]
+            for cols in fast.PLANNED_COLS:
+                for aligned in (True, False):
+                    for clusters in (fast.MAX_CLUSTER, fast.PORTABLE_CLUSTER, 0):
+                        p = fast.plan(cols, dt, 4, aligned=aligned and cols % n == 0, clusters=clusters, op=op)
+                        if p.kernel in seen:
+                            continue
+                        seen.add(p.kernel)
+                        x = rows((4, cols), dt, aligned=aligned)
+                        if op == "scale_mask_softmax":
+                            lens = torch.tensor([0, 1, cols, max(0, cols - 3)], dtype=torch.int32, device="cuda")
+                            add = torch.zeros(4, cols, device="cuda", dtype=x.dtype)
+                            fast.scale_mask_softmax(x, 0.5, causal=True, window=5, valid_len=lens, mask=add,
+                                                    clusters=clusters)
+                        else:
+                            t = torch.tensor([0, -100, cols - 1, cols // 2], device="cuda")
+                            grad = torch.empty_like(x) if op == "cross_entropy" else None
+                            CE._launch_cuda(x, t, -100, "mean", 0.1, 1e-4, grad, override={"clusters": clusters})
+                        torch.cuda.synchronize()
+                        launched.append(p.kernel)
     # Lab 1 and Lab 2
     for cols in (1000, 1025, 4099):
         x = rows((5, cols), "float32")

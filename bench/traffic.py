@@ -37,6 +37,11 @@ CASES += [(impl, dt, c, v) for impl, v in (("cuda.softmax_fast", "softmax_fast")
           for dt in ("float32", "bfloat16") for c in (1024, 8192, 65536, 262144)]
 CASES += [("triton.softmax", "float32", c, "softmax_online_1pass") for c in (1024, 8192)]
 CASES += [("triton.softmax_online", "float32", c, "softmax_online_2pass") for c in (1024, 65536)]
+# the fused operations of the fast family: a causal row reads up to its diagonal (half the scores);
+# cross-entropy reads the logits once and writes the gradient once
+CASES += [("cuda.scale_mask_softmax_fast", dt, c, "scale_mask_softmax_fast_causal") for dt in ("float32", "bfloat16")
+          for c in (1024, 8192)]
+CASES += [("cuda.cross_entropy_fast", dt, 131072, "cross_entropy_fast") for dt in ("float32", "bfloat16")]
 
 
 def case_name(impl, dtype, cols) -> str:
@@ -47,6 +52,7 @@ def launch_all(cases=CASES) -> list:
     """Launch every case once inside an NVTX range named after it (ncu renames its kernels by it)."""
     import torch
 
+    from a07_softmax import cross_entropy as CE
     from a07_softmax import fast, native
     from a07_softmax import triton_softmax as T
 
@@ -57,6 +63,7 @@ def launch_all(cases=CASES) -> list:
         x = (torch.randn(rows, cols, device="cuda", generator=g) * 4).to(getattr(torch, dtype))
         out = torch.empty_like(x)
         q_len = min(cols, rows)
+        target = torch.randint(0, cols, (rows,), device="cuda", generator=g)
         # the row-in-registers kernels need ITEMS that hold the row; the others stream it
         items = native.items_for(cols) if impl[5:] in native.ROW_IN_REGISTERS else native.DEFAULT_ITEMS
         run = {
@@ -65,6 +72,8 @@ def launch_all(cases=CASES) -> list:
             "torch.softmax": lambda: torch.softmax(x, -1),
             "triton.softmax": lambda: T.softmax(x, out=out),
             "triton.softmax_online": lambda: T.softmax_online(x, out=out),
+            "cuda.scale_mask_softmax_fast": lambda: fast.scale_mask_softmax(x, SCALE, causal=True, q_len=q_len, out=out),
+            "cuda.cross_entropy_fast": lambda: CE._launch_cuda(x, target, -100, "sum", 0.0, 0.0, out),
             "cuda.scale_mask_softmax_fused": lambda: native.scale_mask_softmax(
                 x, SCALE, causal=True, q_len=q_len, fused=True, out=out, items=items),
             "cuda.scale_mask_softmax_unfused": lambda: native.scale_mask_softmax(

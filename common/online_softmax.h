@@ -62,8 +62,9 @@ struct MaxOp {
 struct SumOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
-struct CombineOp {
-  __device__ __forceinline__ MS operator()(MS a, MS b) const { return combine(a, b); }
+struct CombineOp {  // for MS and for any state that extends it with its own combine()
+  template <class State>
+  __device__ __forceinline__ State operator()(State a, State b) const { return combine(a, b); }
 };
 
 // Butterfly all-reduce: after log2(warpSize) xor-shuffles every lane holds the warp's result,

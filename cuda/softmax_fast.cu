@@ -31,6 +31,21 @@
 // each input byte is read once. It moves the same DRAM bytes (ncu) in less time; it changes only
 // which lines the L2 evicts first, and why that helps is an open question (docs/performance.md).
 //
+// Fused variants reuse the same four bodies: each strategy is written once, as a __device__ body
+// templated on a row operation (Op), and a kernel per operation only names its arguments. An Op
+// says which columns of a row hold data (a causal mask never reads above the diagonal), what the
+// softmax sees for each element (a scale, an additive mask), what is written for each probability
+// (softmax: p; cross-entropy: the gradient p - onehot), and what happens once per row after the
+// reduction (cross-entropy's loss). See "Row operations" below; OneFlow's softmax.cuh load/store
+// functors are the model.
+//
+//   operation                  kernels                                what it writes
+//   Softmax                    softmax_fast_<strategy>                p
+//   ScaleMask                  scale_mask_softmax_fast_<strategy>     softmax(x * scale + mask) over
+//                                                                    the visible columns, 0 elsewhere
+//   CrossEntropy               cross_entropy_fast_<strategy>          the gradient, and one loss a row
+//                              cross_entropy_loss_fast_<strategy>     one loss a row (no gradient)
+//
 // Every kernel is a template; a07_softmax/fast.py instantiates the ones a shape needs through CuPy
 // RawModule name expressions, e.g. "softmax_fast_warp<bf16_t, 2, 8, 1, true>", and the compile
 // tests instantiate every one its strategy table can pick (fast.instances()).
@@ -106,6 +121,178 @@ struct F16Bits {
 template <> struct Vec<bf16_t> : Vec16<bf16_t, BF16Bits> {};
 template <> struct Vec<f16_t> : Vec16<f16_t, F16Bits> {};
 
+// ------------------------------------------------------------------------------------------------
+// Reduction states. MS (online_softmax.h) is (max, sum of exp); cross-entropy with label smoothing
+// also needs the plain sum of the logits, so its state carries a third field through the same
+// reductions (combine(), shuffles, the block round, the cluster message's spare slot).
+struct MSX {
+  float m;
+  float s;
+  float x;  // sum of the scores themselves
+};
+__device__ __forceinline__ MSX combine(MSX a, MSX b) {
+  const MS ms = combine(MS{a.m, a.s}, MS{b.m, b.s});
+  return MSX{ms.m, ms.s, a.x + b.x};
+}
+__device__ __forceinline__ MSX shfl_xor(MSX v, int lane_mask) {
+  return MSX{SHFL_XOR(v.m, lane_mask), SHFL_XOR(v.s, lane_mask), SHFL_XOR(v.x, lane_mask)};
+}
+template <class State> __device__ __forceinline__ State make_state(float m, float s, float x);
+template <> __device__ __forceinline__ MS make_state<MS>(float m, float s, float) { return MS{m, s}; }
+template <> __device__ __forceinline__ MSX make_state<MSX>(float m, float s, float x) { return MSX{m, s, x}; }
+__device__ __forceinline__ float sum_of(MS) { return 0.0f; }
+__device__ __forceinline__ float sum_of(MSX st) { return st.x; }
+template <class State> __device__ __forceinline__ State block_reduce(State st) {
+  return block_allreduce(st, CombineOp(), make_state<State>(A07_NEG_INF, 0.0f, 0.0f));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Row operations. A kernel body asks its Op for a Row object per row (op.row(r, cols); a
+// default-constructed Row is a row with nothing to read) and calls, in this order:
+//   reads(c0, n, cols)   load the n elements from column c0? (false: they count as -inf)
+//   see(xr, c0, n)       once per vector a thread owns, before anything is written (in place too)
+//   score(c, x)          what the softmax sees for element x of column c (SCORES only)
+//   reduced(total, lead) once the row's state is known, before the store; `lead` is true in one
+//                        thread of the row
+//   out(c, p)            what is written for probability p at column c (OUTPUTS only)
+//   stored(yr)           after the thread's stores (one element may be rewritten by its owner)
+// Columns outside what a Row reads are written like any other: their probability is 0.
+// SCORES / OUTPUTS / SUMS / WRITES are compile-time, so the plain softmax compiles to the same
+// instructions as before the operations existed. A Row that does not write (WRITES false: the loss
+// alone) skips the store, and the 2-pass kernel its second read.
+
+// y = softmax(x).
+struct SoftmaxRow {
+  using State = MS;
+  static constexpr bool SCORES = false, OUTPUTS = false, SUMS = false, WRITES = true;
+  __device__ __forceinline__ bool reads(int c0, int, int cols) const { return c0 < cols; }
+  template <class T> __device__ __forceinline__ void see(const T*, int, int) {}
+  __device__ __forceinline__ float score(int, float x) const { return x; }
+  __device__ __forceinline__ void reduced(MS, bool) {}
+  __device__ __forceinline__ float out(int, float p) const { return p; }
+  template <class T> __device__ __forceinline__ void stored(T*) const {}
+};
+struct SoftmaxOp {
+  using Row = SoftmaxRow;
+  __device__ __forceinline__ Row row(int, int) const { return Row{}; }
+};
+
+// y = softmax(x * scale + mask) over the columns a query may see, 0 elsewhere: Lab 2's operation
+// (cuda/fused_softmax.cu, same mask rules) in the fast family. The rows are (batch, head, query)
+// flattened, `q_len` queries a head, `heads` heads a batch; query i = row % q_len sees key j when
+// j <= i (causal), j > i - window (sliding window), j < valid_len[row] (padding). Those bounds make
+// one span [lo, hi): its outside is neither read nor exponentiated, so a causal row reads i + 1
+// columns, not cols. The additive mask (optional) is indexed by strides, so a broadcast of it (one
+// (q_len, cols) mask for every head, one row per batch for padding) costs no copy.
+template <class T>
+struct ScaleMaskRow {
+  using State = MS;
+  static constexpr bool SCORES = true, OUTPUTS = false, SUMS = false, WRITES = true;
+  int lo = 0, hi = 0;        // the span that may be visible
+  float scale = 1.0f;
+  const T* mask = nullptr;   // this row's additive mask, or none
+  __device__ __forceinline__ bool reads(int c0, int n, int) const { return c0 < hi && c0 + n > lo; }
+  template <class U> __device__ __forceinline__ void see(const U*, int, int) {}
+  __device__ __forceinline__ float score(int c, float x) const {
+    if (c < lo || c >= hi) return A07_NEG_INF;
+    return mask ? fmaf(x, scale, Vec<T>::scalar(mask[c])) : x * scale;
+  }
+  __device__ __forceinline__ void reduced(MS, bool) {}
+  __device__ __forceinline__ float out(int, float p) const { return p; }
+  template <class U> __device__ __forceinline__ void stored(U*) const {}
+};
+template <class T>
+struct ScaleMaskOp {
+  float scale;
+  int heads, q_len, causal, window;  // window: 0 for none
+  const int* valid_len;              // per row, or null
+  const T* mask;                     // additive, or null; element (b, h, i, j) at b*sb + h*sh + i*sq + j
+  long long mask_sb, mask_sh, mask_sq;
+  using Row = ScaleMaskRow<T>;
+  __device__ __forceinline__ Row row(int r, int cols) const {
+    const int i = r % q_len, bh = r / q_len, b = bh / heads, h = bh % heads;
+    Row row;
+    row.hi = causal && i + 1 < cols ? i + 1 : cols;
+    if (valid_len && valid_len[r] < row.hi) row.hi = valid_len[r] > 0 ? valid_len[r] : 0;
+    if (window > 0 && i - window + 1 > 0) row.lo = i - window + 1;
+    if (row.lo > row.hi) row.lo = row.hi;  // an empty span: lo <= hi <= cols, nothing read past the row
+    row.scale = scale;
+    row.mask = mask ? mask + b * mask_sb + h * mask_sh + i * mask_sq : nullptr;
+    return row;
+  }
+};
+
+// Cross-entropy of one row of logits x against its target t, and its gradient, in one pass:
+//   lse  = M + log S                                  (the row's (M, S))
+//   loss = lse - (1 - eps) x_t - eps mean(x) + z lse^2
+//   grad = (p (1 + 2 z lse) - (1 - eps) [c = t] - eps / V) * grad_scale
+// formed in fp32 and rounded once, so p - 1 near p = 1 does not cancel in bf16. The thread whose
+// vector holds column t reads x_t (before any store: the gradient may overwrite the logits), writes
+// the loss, and after its vector stores rewrites element t from x_t (p_t = exp(x_t - lse) in fp32):
+// every other element is one FMA, with no per-element test for the one-hot. An ignored row reads nothing, writes zeros and a loss of 0. A row whose logits
+// are all -inf has no softmax: its loss and gradient are NaN, as in PyTorch.
+template <class T, bool GRAD>
+struct CrossEntropyRow {
+  using State = MSX;
+  static constexpr bool SCORES = false, OUTPUTS = true, SUMS = true, WRITES = GRAD;
+  int hi = 0;              // columns read: the vocabulary, or 0 for an ignored row
+  int target = -1;         // -1: ignored (no one-hot); -2: out of range
+  bool holds_target = false;
+  float x_t = 0.0f;
+  float on = 0.0f;         // (1 - eps), then times the gradient's scale
+  float off = 0.0f;        // eps / V, then times the gradient's scale
+  float z = 0.0f;
+  float k = 0.0f;          // (1 + 2 z lse) times the gradient's scale, once the row is reduced
+  float gscale = 0.0f;
+  float lse = 0.0f;
+  float* loss = nullptr;   // registers are scarce in the 16-bit cluster kernel: nothing else is kept
+  __device__ __forceinline__ bool reads(int c0, int, int) const { return c0 < hi; }
+  template <class U> __device__ __forceinline__ void see(const U* xr, int c0, int n) {
+    if (target >= c0 && target < c0 + n) holds_target = true, x_t = Vec<U>::scalar(xr[target]);
+  }
+  __device__ __forceinline__ float score(int, float x) const { return x; }
+  __device__ __forceinline__ void reduced(MSX total, bool lead) {
+    if (target == -1) {
+      if (lead) *loss = 0.0f;
+      return;
+    }
+    const float nan = __int_as_float(0x7fc00000);
+    lse = total.m + logf(total.s);
+    k = total.m == A07_NEG_INF || target < 0 ? nan : fmaf(2.0f * z, lse, 1.0f) * gscale;  // no softmax/target: NaN
+    if (target < 0 && lead) *loss = nan;
+    if (holds_target) {
+      float l = lse - on * x_t + z * lse * lse;
+      if (off > 0.0f) l -= off * total.x;  // eps * mean(x); skipped at eps = 0, where 0 * -inf would be NaN
+      *loss = l;
+    }
+    on *= gscale, off *= gscale;
+  }
+  __device__ __forceinline__ float out(int, float p) const { return fmaf(p, k, -off); }
+  template <class U> __device__ __forceinline__ void stored(U* yr) const {
+    if (holds_target) yr[target] = Vec<U>::from_float(fmaf(expf(x_t - lse), k, -on - off));
+  }
+};
+template <class T, bool GRAD>
+struct CrossEntropyOp {
+  const long long* target;
+  float* loss;                // one per row
+  const float* grad_scale;    // one value for every row (1 / the number of counted rows for a mean), or null: 1
+  long long ignore_index;
+  float eps, z;
+  using Row = CrossEntropyRow<T, GRAD>;
+  __device__ __forceinline__ Row row(int r, int cols) const {
+    Row row;
+    row.loss = loss + r;
+    const long long t = target[r];
+    if (t == ignore_index) return row;  // hi = 0: nothing read, zeros written
+    row.hi = cols;
+    row.target = t >= 0 && t < cols ? int(t) : -2;  // out of range (the host refuses it first): NaN
+    row.on = 1.0f - eps, row.off = eps / float(cols), row.z = z;
+    row.gscale = grad_scale ? *grad_scale : 1.0f;
+    return row;
+  }
+};
+
 // The part of a row that one thread owns, held in registers as floats: VECS vectors; vector j of
 // thread t (of the G threads sharing the row) starts at element (j * G + t) * Vec<T>::N, so
 // neighbouring threads touch neighbouring 16-byte chunks (coalesced).
@@ -116,42 +303,62 @@ struct RowPart {
 
   // ALIGNED: cols is a multiple of N and both pointers are 16-byte aligned (checked on the host);
   // otherwise every element is loaded on its own. A template parameter, not a runtime flag: the
-  // scalar path costs registers even when it never runs. Missing elements are -inf.
-  __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G) {
+  // scalar path costs registers even when it never runs. Missing elements are -inf. xr is the
+  // row's start; the thread's vectors start at column base (the 2-pass kernel walks the row).
+  template <class Row>
+  __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G, Row& row, int base = 0) {
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
-      const int c0 = (j * G + t) * N;
+      const int c0 = base + (j * G + t) * N;
       if (ALIGNED) {
-        Vec<T>::unpack(load16_if(xr + c0, c0 < cols, Vec<T>::NEG_INF_WORD), v + j * N);
+        Vec<T>::unpack(load16_if(xr + c0, row.reads(c0, N, cols), Vec<T>::NEG_INF_WORD), v + j * N);
       } else {
 #pragma unroll
-        for (int e = 0; e < N; ++e) v[j * N + e] = c0 + e < cols ? Vec<T>::scalar(xr[c0 + e]) : A07_NEG_INF;
+        for (int e = 0; e < N; ++e) v[j * N + e] = row.reads(c0 + e, 1, cols) ? Vec<T>::scalar(xr[c0 + e]) : A07_NEG_INF;
+      }
+      row.see(xr, c0, N);
+      if constexpr (Row::SCORES) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) v[j * N + e] = row.score(c0 + e, v[j * N + e]);
       }
     }
   }
 
   // This thread's (m, s); afterwards v holds exp(x - m_thread): one exp per element, ever.
-  __device__ __forceinline__ MS stats() {
+  template <class Row>
+  __device__ __forceinline__ typename Row::State stats(const Row& row, int t, int G, int base = 0) {
     float m = A07_NEG_INF;
 #pragma unroll
     for (int i = 0; i < VECS * N; ++i) m = max_nan(m, v[i]);
+    float sx = 0.0f;  // the sum of the scores the row holds (SUMS only)
+    if constexpr (Row::SUMS) {
+#pragma unroll
+      for (int i = 0; i < VECS * N; ++i)
+        if (base + ((i / N) * G + t) * N + i % N < row.hi) sx += v[i];
+    }
     const float m_sub = m == A07_NEG_INF ? 0.0f : m;  // no elements: every exp below is 0
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < VECS * N; ++i) s += (v[i] = exp_minus(v[i], m_sub));
-    return MS{m, s};
+    return make_state<typename Row::State>(m, s, sx);
   }
 
   // y = exp(x - M) / S = exp(x - m_thread) * exp(m_thread - M) / S. A row whose max is -inf
   // (fully masked) is written as zeros; a thread whose elements are all -inf needs no test of its
-  // own (exp(-inf - M) = 0 for any other M, and a NaN M keeps the row NaN).
-  __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float m_thread, MS row) {
-    const float f = row.m == A07_NEG_INF ? 0.0f : fast_exp(m_thread - row.m) / row.s;
+  // own (exp(-inf - M) = 0 for any other M, and a NaN M keeps the row NaN). The Row turns each
+  // probability into what is written (OUTPUTS).
+  template <class Row>
+  __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float m_thread, MS row_ms,
+                                        const Row& row, int base = 0) {
+    const float f = row_ms.m == A07_NEG_INF ? 0.0f : fast_exp(m_thread - row_ms.m) / row_ms.s;
 #pragma unroll
-    for (int i = 0; i < VECS * N; ++i) v[i] *= f;
+    for (int i = 0; i < VECS * N; ++i) {
+      v[i] *= f;
+      if constexpr (Row::OUTPUTS) v[i] = row.out(base + ((i / N) * G + t) * N + i % N, v[i]);
+    }
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
-      const int c0 = (j * G + t) * N;
+      const int c0 = base + (j * G + t) * N;
       if (ALIGNED) {
         if (c0 < cols) *reinterpret_cast<uint4*>(yr + c0) = Vec<T>::pack(v + j * N);
       } else {
@@ -160,55 +367,70 @@ struct RowPart {
           if (c0 + e < cols) yr[c0 + e] = Vec<T>::from_float(v[j * N + e]);
       }
     }
+    row.stored(yr);
   }
 };
 
+__device__ __forceinline__ MS as_ms(MS st) { return st; }
+__device__ __forceinline__ MS as_ms(MSX st) { return MS{st.m, st.s}; }
+
 // Butterfly over the GROUP lanes that share a row (xor offsets below GROUP stay inside it).
-template <int GROUP>
-__device__ __forceinline__ MS group_combine(MS st) {
+template <int GROUP, class State>
+__device__ __forceinline__ State group_combine(State st) {
 #pragma unroll
   for (int offset = GROUP / 2; offset > 0; offset /= 2) st = combine(st, shfl_xor(st, offset));
   return st;
 }
 
+// Each strategy below is a __device__ body, templated on the row operation, and one kernel per
+// operation (at the end of the file) that passes its arguments in.
+
 // Short rows: GROUP lanes (a power of two, at most 32) per row, ROWS rows per thread, so each
 // thread has ROWS * VECS 16-byte loads in flight before its first reduction. No barrier at all.
 // Blocks of A07_FAST_WARP_THREADS (course_constants.h): two warps, enough for many resident blocks
 // per SM without the barrier-free groups idling; one warp per block leaves too few warps per SM.
-template <class T, int VECS, int GROUP, int ROWS, bool ALIGNED>
-__global__ void __launch_bounds__(A07_FAST_WARP_THREADS)
-softmax_fast_warp(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
+template <class T, int VECS, int GROUP, int ROWS, bool ALIGNED, class Op>
+__device__ __forceinline__ void warp_rows(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, const Op& op) {
   const int groups_per_block = blockDim.x / GROUP;
   const int t = threadIdx.x % GROUP;
   const long long first = (long long)blockIdx.x * groups_per_block * ROWS + threadIdx.x / GROUP;
   RowPart<T, VECS, ALIGNED> part[ROWS];
+  typename Op::Row ro[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     const long long row = first + (long long)r * groups_per_block;
-    if (row < rows) part[r].load(x + row * cols, cols, t, GROUP);
-    else part[r].load(x, 0, t, GROUP);  // no elements: all -inf, no memory touched
+    if (row < rows) {
+      ro[r] = op.row(int(row), cols);
+      part[r].load(x + row * cols, cols, t, GROUP, ro[r]);
+    } else {
+      part[r].load(x, 0, t, GROUP, ro[r]);  // no elements: all -inf, no memory touched
+    }
   }
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
     const long long row = first + (long long)r * groups_per_block;
-    const MS mine = part[r].stats();
-    const MS total = group_combine<GROUP>(mine);  // every lane of the warp takes part
-    if (row < rows) part[r].store(y + row * cols, cols, t, GROUP, mine.m, total);
+    const auto mine = part[r].stats(ro[r], t, GROUP);
+    const auto total = group_combine<GROUP>(mine);  // every lane of the warp takes part
+    if (row < rows) {
+      ro[r].reduced(total, t == 0);
+      if constexpr (Op::Row::WRITES) part[r].store(y + row * cols, cols, t, GROUP, mine.m, as_ms(total), ro[r]);
+    }
   }
 }
 
 // Medium rows: one block per row; blockDim.x * VECS vectors cover the row. MAX_THREADS (the
 // launch bound, >= blockDim.x) tells the compiler how many registers a thread may use: 64 at 1024
 // threads, 128 at 512, so a thread can hold 64 floats of its row only in smaller blocks.
-template <class T, int VECS, int MAX_THREADS, bool ALIGNED>
-__global__ void __launch_bounds__(MAX_THREADS)
-softmax_fast_block(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
+template <class T, int VECS, bool ALIGNED, class Op>
+__device__ __forceinline__ void block_row(const T* __restrict__ x, T* __restrict__ y, int cols, const Op& op) {
   const long long row = blockIdx.x;
+  auto ro = op.row(int(row), cols);
   RowPart<T, VECS, ALIGNED> part;
-  part.load(x + row * cols, cols, threadIdx.x, blockDim.x);
-  const MS mine = part.stats();
-  const MS total = block_combine(mine);
-  part.store(y + row * cols, cols, threadIdx.x, blockDim.x, mine.m, total);
+  part.load(x + row * cols, cols, threadIdx.x, blockDim.x, ro);
+  const auto mine = part.stats(ro, threadIdx.x, blockDim.x);
+  const auto total = block_reduce(mine);
+  ro.reduced(total, threadIdx.x == 0);
+  if constexpr (Op::Row::WRITES) part.store(y + row * cols, cols, threadIdx.x, blockDim.x, mine.m, as_ms(total), ro);
 }
 
 #if A07_HAS_CLUSTERS
@@ -216,10 +438,10 @@ softmax_fast_block(const T* __restrict__ x, T* __restrict__ y, int rows, int col
 // barrier: each block posts a 16-byte message (m, s, the next row claimed, unused) into slot [its
 // rank] of every block's inbox (st.async), and each block's mbarrier completes once all CLUSTER
 // messages have landed. Every warp then merges the pairs with the same combine() (lane l reads
-// pair l % CLUSTER, a butterfly over CLUSTER lanes). Two inboxes alternate between rows: a block
+// pair l % CLUSTER, a butterfly over CLUSTER lanes). The unused slot carries MSX's third field. Two inboxes alternate between rows: a block
 // can post row i + 2 only after every block has posted row i + 1, which each does only after
 // reading its inbox for row i.
-template <int CLUSTER>
+template <int CLUSTER, class State>
 struct Mailbox {
   float4 msg[2][CLUSTER];
   unsigned long long full[2];
@@ -232,16 +454,16 @@ struct Mailbox {
   // Call from every thread of the block, for the block's i-th row, with the block's (m, s), after
   // a block barrier that follows the claim (block_combine() has two). Returns the row's (M, S);
   // `claim` becomes the row block 0 claimed.
-  __device__ __forceinline__ MS exchange(MS block_state, int i, int& claim) {
+  __device__ __forceinline__ State exchange(State block_state, int i, int& claim) {
     const int box = i & 1;
     if (threadIdx.x == 0) mbar_expect(&full[box], CLUSTER * sizeof(float4));
     if (threadIdx.x < CLUSTER)
       cluster_send_float4(&msg[box][cluster_rank()], &full[box], threadIdx.x,
-                          make_float4(block_state.m, block_state.s, __int_as_float(claimed[box]), 0.0f));
+                          make_float4(block_state.m, block_state.s, __int_as_float(claimed[box]), sum_of(block_state)));
     mbar_wait(&full[box], (i >> 1) & 1);
     const float4 p = msg[box][threadIdx.x % warpSize % CLUSTER];
     claim = __float_as_int(msg[box][0].z);
-    return group_combine<CLUSTER>(MS{p.x, p.y});
+    return group_combine<CLUSTER>(make_state<State>(p.x, p.y, p.w));
   }
 };
 
@@ -265,23 +487,37 @@ struct RowBits {
   static constexpr bool HINTED = Bits::SHIFT_UNPACK && VECS <= 8;
   uint4 u[VECS];
 
-  __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G) {
+  template <class Row>
+  __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G, Row& row) {
+    static_assert(!(Row::SUMS && Row::SCORES), "RowBits sums the raw values: a Row that sums has no scores");
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N;
       if (ALIGNED) {
-        if constexpr (HINTED) u[j] = load16_if(xr + c0, c0 < cols, NEG_INF2);
-        else u[j] = c0 < cols ? *reinterpret_cast<const uint4*>(xr + c0) : make_uint4(NEG_INF2, NEG_INF2, NEG_INF2, NEG_INF2);
+        const bool inside = row.reads(c0, N, cols);
+        if constexpr (HINTED) u[j] = load16_if(xr + c0, inside, NEG_INF2);
+        else u[j] = inside ? *reinterpret_cast<const uint4*>(xr + c0) : make_uint4(NEG_INF2, NEG_INF2, NEG_INF2, NEG_INF2);
       } else {  // one element at a time, paired up in registers; missing ones are -inf
         unsigned w[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int c = c0 + 2 * k;
-          w[k] = (c < cols ? xr[c].bits : NEG_INF2 & 0xffffu) | (c + 1 < cols ? xr[c + 1].bits : NEG_INF2 >> 16) << 16;
+          w[k] = (row.reads(c, 1, cols) ? xr[c].bits : NEG_INF2 & 0xffffu) |
+                 (row.reads(c + 1, 1, cols) ? xr[c + 1].bits : NEG_INF2 >> 16) << 16;
         }
         u[j] = make_uint4(w[0], w[1], w[2], w[3]);
       }
+      row.see(xr, c0, N);
     }
+  }
+
+  // Element 2k (lo) or 2k + 1 (hi) of vector j as the softmax sees it: the raw value, or the Row's
+  // score of it (SCORES: recomputed wherever it is needed, registers are what this path lacks).
+  template <class Row>
+  static __device__ __forceinline__ float value(const Row& row, unsigned w, bool high, int c) {
+    const float x = high ? Bits::hi(w) : Bits::lo(w);
+    if constexpr (Row::SCORES) return row.score(c, x);
+    else return x;
   }
 
   // 2^(x log2(e) - bias) in the one-FFMA form (FFMA), or 2^((x - m) log2(e) - bias) with the
@@ -292,27 +528,49 @@ struct RowBits {
     return FFMA ? fast_exp2(fmaf(x, LOG2E, -bias)) : fast_exp2(fmaf(x - m, LOG2E, -bias));
   }
 
-  template <bool FFMA> __device__ __forceinline__ float sum_exps(float m, float bias) const {
+  // The sum of the exps, and (SUMS) of the scores the row holds, in one sweep over the registers.
+  template <bool FFMA, class Row>
+  __device__ __forceinline__ float sum_exps(float m, float bias, const Row& row, int t, int G, float& sx) const {
     float s_lo = 0.0f, s_hi = 0.0f;
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
+      const int c0 = (j * G + t) * N;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        s_lo += exp_of<FFMA>(Bits::lo(w[k]), m, bias);
-        s_hi += exp_of<FFMA>(Bits::hi(w[k]), m, bias);
+        s_lo += exp_of<FFMA>(value(row, w[k], false, c0 + 2 * k), m, bias);
+        s_hi += exp_of<FFMA>(value(row, w[k], true, c0 + 2 * k + 1), m, bias);
+        if constexpr (Row::SUMS) {  // (SUMS rows are never SCORES rows: the raw values are the scores)
+          const float lo = Bits::lo(w[k]), hi = Bits::hi(w[k]);
+          // aligned rows end on a vector boundary: a vector is wholly in the row or wholly padding
+          if constexpr (ALIGNED) sx += c0 < row.hi ? lo + hi : 0.0f;
+          else sx += (c0 + 2 * k < row.hi ? lo : 0.0f) + (c0 + 2 * k + 1 < row.hi ? hi : 0.0f);
+        }
       }
     }
     return s_lo + s_hi;
   }
 
-  // This thread's (m, s): the max over pairs, then one exp per element for the sum.
-  __device__ __forceinline__ MS stats() const {
-    unsigned pair = NEG_INF2;
+  // This thread's (m, s): the max over pairs (over scores, where the Row computes them), then one
+  // exp per element for the sum.
+  template <class Row>
+  __device__ __forceinline__ typename Row::State stats(const Row& row, int t, int G) const {
+    float m;
+    if constexpr (Row::SCORES) {
+      m = A07_NEG_INF;
 #pragma unroll
-    for (int j = 0; j < VECS; ++j)
-      pair = Bits::max2(Bits::max2(pair, Bits::max2(u[j].x, u[j].y)), Bits::max2(u[j].z, u[j].w));
-    const float m = max_nan(Bits::lo(pair), Bits::hi(pair));
+      for (int j = 0; j < VECS; ++j) {
+        const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
+#pragma unroll
+        for (int k = 0; k < 8; ++k) m = max_nan(m, value(row, w[k / 2], k % 2, (j * G + t) * N + k));
+      }
+    } else {
+      unsigned pair = NEG_INF2;
+#pragma unroll
+      for (int j = 0; j < VECS; ++j)
+        pair = Bits::max2(Bits::max2(pair, Bits::max2(u[j].x, u[j].y)), Bits::max2(u[j].z, u[j].w));
+      m = max_nan(Bits::lo(pair), Bits::hi(pair));
+    }
     // This path computes two exps per element and is bound by arithmetic, not memory: the exp's
     // subtraction (exp_minus) cost 5-8 % on long bf16 rows. So where it is exact enough the exp
     // takes the one-FFMA form 2^(x log2(e) - m log2(e)), whose only error is m log2(e) rounded to
@@ -323,21 +581,34 @@ struct RowBits {
     // around the whole loop.
     const float m_scaled = m == A07_NEG_INF ? 0.0f : m * LOG2E;  // no elements: every exp below is 0
     const bool ffma = fabsf(m_scaled) < FFMA_EXP_LIMIT;           // false for a NaN or infinite max too
-    return MS{m, ffma ? sum_exps<true>(m, m_scaled) : sum_exps<false>(m, 0.0f)};
+    float sx = 0.0f;  // the sum of the scores the row holds (SUMS only)
+    const float s = ffma ? sum_exps<true>(m, m_scaled, row, t, G, sx) : sum_exps<false>(m, 0.0f, row, t, G, sx);
+    return make_state<typename Row::State>(m, s, sx);
   }
 
-  template <bool FFMA>
-  __device__ __forceinline__ void store_exps(T* __restrict__ yr, int cols, int t, int G, float m, float bias) const {
+  template <bool FFMA, class Row>
+  __device__ __forceinline__ void store_exps(T* __restrict__ yr, int cols, int t, int G, float m, float bias,
+                                             const Row& row) const {
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N;
       const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
       unsigned out[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        out[k] = FFMA || m != A07_NEG_INF
-                     ? Bits::pack2(exp_of<FFMA>(Bits::lo(w[k]), m, bias), exp_of<FFMA>(Bits::hi(w[k]), m, bias))
-                     : 0u;
+      for (int k = 0; k < 4; ++k) {
+        const int c = c0 + 2 * k;
+        if constexpr (Row::OUTPUTS) {
+          const bool any = FFMA || m != A07_NEG_INF;
+          const float lo = any ? exp_of<FFMA>(value(row, w[k], false, c), m, bias) : 0.0f;
+          const float hi = any ? exp_of<FFMA>(value(row, w[k], true, c + 1), m, bias) : 0.0f;
+          out[k] = Bits::pack2(row.out(c, lo), row.out(c + 1, hi));
+        } else {
+          out[k] = FFMA || m != A07_NEG_INF
+                       ? Bits::pack2(exp_of<FFMA>(value(row, w[k], false, c), m, bias),
+                                     exp_of<FFMA>(value(row, w[k], true, c + 1), m, bias))
+                       : 0u;
+        }
+      }
       if (ALIGNED) {
         if (c0 < cols) *reinterpret_cast<uint4*>(yr + c0) = make_uint4(out[0], out[1], out[2], out[3]);
       } else {
@@ -352,11 +623,13 @@ struct RowBits {
   // 2^((x - M) log2(e) - log2(S)) where M log2(e) + log2(S) is too large to round finely enough
   // (see stats()). A fully masked row (M = -inf) is written as zeros: it fails the FFMA test
   // (c = -inf), and the subtraction-first form writes zeros for it.
-  __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float, MS row) const {
-    const float log2_s = __log2f(row.s);
-    const float c = fmaf(row.m, LOG2E, log2_s);
-    if (fabsf(c) < FFMA_EXP_LIMIT) store_exps<true>(yr, cols, t, G, row.m, c);
-    else store_exps<false>(yr, cols, t, G, row.m, log2_s);
+  template <class Row>
+  __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float, MS row_ms, const Row& row) const {
+    const float log2_s = __log2f(row_ms.s);
+    const float c = fmaf(row_ms.m, LOG2E, log2_s);
+    if (fabsf(c) < FFMA_EXP_LIMIT) store_exps<true>(yr, cols, t, G, row_ms.m, c, row);
+    else store_exps<false>(yr, cols, t, G, row_ms.m, log2_s, row);
+    row.stored(yr);
   }
 };
 
@@ -370,8 +643,6 @@ template <int VECS, bool ALIGNED> struct ClusterPart<float, VECS, ALIGNED> { usi
 // CLUSTER * blockDim.x * VECS vectors. CLUSTER may be 16 (non-portable: the launcher sets the
 // function attribute that allows it). MIN_BLOCKS (launch bounds) caps registers so that that
 // many blocks fit on one SM: while one block reduces or waits for its cluster, the others load.
-// (MIN_BLOCKS 1 is passed as 0, no minimum: with an explicit 1 ptxas spilled in the misaligned fp32
-// instances.)
 //
 // The grid is what fits on the GPU at once (the launcher asks the driver), and the clusters share
 // the rows dynamically: cluster c starts with row c, every later row comes from a ticket counter
@@ -380,10 +651,11 @@ template <int VECS, bool ALIGNED> struct ClusterPart<float, VECS, ALIGNED> { usi
 //   - one row per cluster launch pays two cluster barriers per row;
 //   - fixed shares (cluster c takes rows c, c + clusters, ...) make the slowest SM's share the
 //     kernel's time (docs/performance.md has both measurements).
-template <class T, int VECS, int CLUSTER, int MAX_THREADS, int MIN_BLOCKS, bool ALIGNED>
-__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(MAX_THREADS, MIN_BLOCKS > 1 ? MIN_BLOCKS : 0)
-softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int* __restrict__ tickets) {
-  __shared__ Mailbox<CLUSTER> mail;
+template <class T, int VECS, int CLUSTER, int MAX_THREADS, bool ALIGNED, class Op>
+__device__ __forceinline__ void cluster_rows(const T* __restrict__ x, T* __restrict__ y, int rows, int cols,
+                                             int* __restrict__ tickets, const Op& op) {
+  using State = typename Op::Row::State;
+  __shared__ Mailbox<CLUSTER, State> mail;
   using Part = typename ClusterPart<T, VECS, ALIGNED>::type;
   // The launch is always MAX_THREADS threads a block, so the threads sharing a row are a constant
   // and the distances between a thread's vectors are compile-time offsets. With blockDim.x here
@@ -403,13 +675,15 @@ softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int c
       if (cluster_rank() == 0 && threadIdx.x == 0) mail.claimed[i & 1] = gridDim.x / CLUSTER + atomicAdd(tickets, 1);
     };
     if constexpr (!ALIGNED) claim();
+    auto ro = op.row(row, cols);
     Part part;
-    part.load(x + (long long)row * cols, cols, t, G);
+    part.load(x + (long long)row * cols, cols, t, G, ro);
     if constexpr (ALIGNED) claim();
-    const MS mine = part.stats();
+    const State mine = part.stats(ro, t, G);
     int claimed;
-    const MS total = mail.exchange(block_combine(mine), i, claimed);
-    part.store(y + (long long)row * cols, cols, t, G, mine.m, total);
+    const State total = mail.exchange(block_reduce(mine), i, claimed);
+    ro.reduced(total, t == 0);
+    if constexpr (Op::Row::WRITES) part.store(y + (long long)row * cols, cols, t, G, mine.m, as_ms(total), ro);
     row = claimed;
   }
   cluster_arrive();  // no block leaves while a message to it could still be on its way
@@ -420,24 +694,85 @@ softmax_fast_cluster(const T* __restrict__ x, T* __restrict__ y, int rows, int c
 // Any length, any hardware: one block per row, (m, s) in one read, then a second read to write.
 // VECS vectors per thread per step keep enough loads in flight. For rows of a few hundred KB the
 // second read mostly hits L2 (the rows in flight at once are far smaller than its 50 MB).
-template <class T, int VECS, bool ALIGNED>
-__global__ void __launch_bounds__(A07_FAST_TWOPASS_THREADS)
-softmax_fast_2pass(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
+template <class T, int VECS, bool ALIGNED, class Op>
+__device__ __forceinline__ void twopass_row(const T* __restrict__ x, T* __restrict__ y, int cols, const Op& op) {
+  using State = typename Op::Row::State;
   const long long row = blockIdx.x;
   const T* xr = x + row * cols;
   T* yr = y + row * cols;
+  auto ro = op.row(int(row), cols);
   const int step = blockDim.x * VECS * Vec<T>::N;
-  MS st = ms_empty();
+  State st = make_state<State>(A07_NEG_INF, 0.0f, 0.0f);
   for (int base = 0; base < cols; base += step) {
     RowPart<T, VECS, ALIGNED> part;
-    part.load(xr + base, cols - base, threadIdx.x, blockDim.x);
-    st = combine(st, part.stats());
+    part.load(xr, cols, threadIdx.x, blockDim.x, ro, base);
+    st = combine(st, part.stats(ro, threadIdx.x, blockDim.x, base));
   }
-  const MS total = block_combine(st);
+  const State total = block_reduce(st);
+  ro.reduced(total, threadIdx.x == 0);
+  if constexpr (!Op::Row::WRITES) return;
   for (int base = 0; base < cols; base += step) {
     RowPart<T, VECS, ALIGNED> part;
-    part.load(xr + base, cols - base, threadIdx.x, blockDim.x);
-    const MS mine = part.stats();
-    part.store(yr + base, cols - base, threadIdx.x, blockDim.x, mine.m, total);
+    part.load(xr, cols, threadIdx.x, blockDim.x, ro, base);
+    const auto mine = part.stats(ro, threadIdx.x, blockDim.x, base);
+    part.store(yr, cols, threadIdx.x, blockDim.x, mine.m, as_ms(total), ro, base);
   }
 }
+
+// ------------------------------------------------------------------------------------------------
+// The kernels: one per strategy and row operation, each only passing its arguments to the body.
+// Launch bounds and cluster dimensions belong to the kernel, so they are stated here.
+// An operation's extra parameters travel as one parenthesised list (its leading comma included) and
+// its Op as one parenthesised expression, so that their commas do not split the macros' arguments.
+#define A07_UNPAREN(...) __VA_ARGS__
+#define A07_SCALE_MASK_PARAMS                                                                          \
+  (, float scale, int heads, int q_len, int causal, int window, const int* __restrict__ valid_len,      \
+   const T* __restrict__ mask, long long mask_sb, long long mask_sh, long long mask_sq)
+#define A07_SCALE_MASK_OP (ScaleMaskOp<T>{scale, heads, q_len, causal, window, valid_len, mask, mask_sb, mask_sh, mask_sq})
+#define A07_CROSS_ENTROPY_PARAMS                                                                       \
+  (, const long long* __restrict__ target, float* __restrict__ loss, const float* __restrict__ grad_scale, \
+   long long ignore_index, float label_smoothing, float z_loss)
+#define A07_CROSS_ENTROPY_OP(GRAD) (CrossEntropyOp<T, GRAD>{target, loss, grad_scale, ignore_index, label_smoothing, z_loss})
+
+#define A07_WARP_KERNEL(NAME, PARAMS, OP)                                                              \
+  template <class T, int VECS, int GROUP, int ROWS, bool ALIGNED>                                      \
+  __global__ void __launch_bounds__(A07_FAST_WARP_THREADS)                                             \
+      NAME(const T* __restrict__ x, T* __restrict__ y, int rows, int cols A07_UNPAREN PARAMS) {        \
+    warp_rows<T, VECS, GROUP, ROWS, ALIGNED>(x, y, rows, cols, OP);                                    \
+  }
+#define A07_BLOCK_KERNEL(NAME, PARAMS, OP)                                                             \
+  template <class T, int VECS, int MAX_THREADS, bool ALIGNED>                                          \
+  __global__ void __launch_bounds__(MAX_THREADS)                                                       \
+      NAME(const T* __restrict__ x, T* __restrict__ y, int rows, int cols A07_UNPAREN PARAMS) {        \
+    block_row<T, VECS, ALIGNED>(x, y, cols, OP);                                                       \
+  }
+#define A07_TWOPASS_KERNEL(NAME, PARAMS, OP)                                                           \
+  template <class T, int VECS, bool ALIGNED>                                                           \
+  __global__ void __launch_bounds__(A07_FAST_TWOPASS_THREADS)                                          \
+      NAME(const T* __restrict__ x, T* __restrict__ y, int rows, int cols A07_UNPAREN PARAMS) {        \
+    twopass_row<T, VECS, ALIGNED>(x, y, cols, OP);                                                     \
+  }
+// MIN_BLOCKS 1 is passed as 0, no minimum: with an explicit 1 ptxas spilled in the misaligned fp32
+// instances.
+#if A07_HAS_CLUSTERS
+#define A07_CLUSTER_KERNEL(NAME, PARAMS, OP)                                                           \
+  template <class T, int VECS, int CLUSTER, int MAX_THREADS, int MIN_BLOCKS, bool ALIGNED>             \
+  __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(MAX_THREADS, MIN_BLOCKS > 1 ? MIN_BLOCKS : 0) \
+      NAME(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, int* __restrict__ tickets    \
+           A07_UNPAREN PARAMS) {                                                                       \
+    cluster_rows<T, VECS, CLUSTER, MAX_THREADS, ALIGNED>(x, y, rows, cols, tickets, OP);              \
+  }
+#else
+#define A07_CLUSTER_KERNEL(NAME, PARAMS, OP)
+#endif
+#define A07_ROW_KERNELS(PREFIX, PARAMS, OP)          \
+  A07_WARP_KERNEL(PREFIX##_warp, PARAMS, OP)         \
+  A07_BLOCK_KERNEL(PREFIX##_block, PARAMS, OP)       \
+  A07_CLUSTER_KERNEL(PREFIX##_cluster, PARAMS, OP)   \
+  A07_TWOPASS_KERNEL(PREFIX##_2pass, PARAMS, OP)
+
+A07_ROW_KERNELS(softmax_fast, (), SoftmaxOp{})
+A07_ROW_KERNELS(scale_mask_softmax_fast, A07_SCALE_MASK_PARAMS, A07_SCALE_MASK_OP)
+A07_ROW_KERNELS(cross_entropy_fast, A07_CROSS_ENTROPY_PARAMS, A07_CROSS_ENTROPY_OP(true))
+// the loss alone: the logits read once, nothing written but one float a row (y is not touched)
+A07_ROW_KERNELS(cross_entropy_loss_fast, A07_CROSS_ENTROPY_PARAMS, A07_CROSS_ENTROPY_OP(false))

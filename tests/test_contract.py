@@ -74,6 +74,17 @@ def test_fast_softmax_on_the_cpu_target(rng, dtype, cols, aligned):
 
 
 @needs_cxx
+@pytest.mark.parametrize("dtype", contract.DTYPES)
+@pytest.mark.parametrize("cols,aligned", [(1, None), (257, None), (4099, None), (70001, None), (1000, False)])
+def test_fast_scale_mask_softmax_without_a_mask_on_the_cpu_target(rng, dtype, cols, aligned):
+    """The fused operation at scale 1 without a mask is a softmax, so it keeps the same contract."""
+    x = contract.rows(dtype, cols, rng)
+    p = fast.plan(cols, dtype, x.shape[0], clusters=0, aligned=aligned, op="scale_mask_softmax")
+    _assert_keeps(fast.scale_mask_softmax_on_cpu(x, 1.0, dtype, aligned=aligned), x,
+                  f"fast scale_mask_softmax {p.kernel}", dtype=dtype)
+
+
+@needs_cxx
 @pytest.mark.parametrize("kernel", ["softmax_safe_3pass", "softmax_online_2pass", "softmax_online_1pass"])
 @pytest.mark.parametrize("cols", [1, 31, 1000, 4099])
 def test_lab1_on_the_cpu_target(rng, kernel, cols):
@@ -262,6 +273,8 @@ def _gpu_entries():
     items = lambda c: native.items_for(c) or 4  # noqa: E731
     out = [(f"fast.softmax [{v}]", (lambda x, o=o: fast.softmax(x, **o)), contract.DTYPES, False, None)
            for v, o in FAST_VARIANTS.items()]
+    out += [(f"fast.scale_mask_softmax [{v}]", (lambda x, o=o: fast.scale_mask_softmax(x, 1.0, **o)), contract.DTYPES,
+             False, None) for v, o in FAST_VARIANTS.items()]
     out += [(f"native.softmax {k}", (lambda x, k=k: native.softmax(x, k, items=items(x.shape[1]))), ("float32",), False,
              None if k != "softmax_online_1pass" else native.BLOCK * 64)
             for k in ("softmax_safe_3pass", "softmax_online_2pass", "softmax_online_1pass")]

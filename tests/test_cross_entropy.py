@@ -2,7 +2,8 @@
 autograd, then the Triton twin and the autograd function against the reference, in the interpreter on
 a CPU and compiled on a GPU (`pytest -m gpu`): every reduction, label smoothing, z-loss, ignored rows
 (an all-ignored batch included), V = 1, targets at both ends of the vocabulary, huge and -inf
-logits, a non-scalar upstream gradient, the gradient written over the logits."""
+logits, a non-scalar upstream gradient, the gradient written over the logits. On a GPU the default
+backend is the fast family's CUDA kernel; the real-vocabulary test runs both backends."""
 import numpy as np
 import pytest
 
@@ -60,13 +61,13 @@ def _grad_err(got, ref):
     return float(np.abs(np.asarray(got, dtype=np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
-def _run(x, t, dtype, device, reduction="mean", smoothing=0.0, z=0.0, upstream=None, inplace=False):
+def _run(x, t, dtype, device, reduction="mean", smoothing=0.0, z=0.0, upstream=None, inplace=False, backend=None):
     xt = torch.tensor(x).to(dtype).to(device)
     x_seen = xt.double().cpu().numpy()
     leaf = xt.clone().requires_grad_(True)
     src = leaf * 1 if inplace else leaf          # in place needs a non-leaf tensor
     loss = CE.cross_entropy(src, torch.tensor(t).to(device), reduction=reduction, label_smoothing=smoothing,
-                            z_loss=z, inplace=inplace)
+                            z_loss=z, inplace=inplace, backend=backend)
     loss.backward(upstream.to(device) if upstream is not None else None)
     return x_seen, loss.detach().float().cpu().numpy(), leaf.grad.float().cpu().numpy()
 
@@ -138,12 +139,13 @@ def test_bad_arguments_are_refused():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("backend", CE.BACKENDS)
 @pytest.mark.parametrize("vocab", [32768, 50257, 131072, 262144])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_on_the_gpu_at_real_vocabularies(rng, vocab, dtype):
+def test_on_the_gpu_at_real_vocabularies(rng, vocab, dtype, backend):
     x = _logits(rng, 8, vocab)
     t = _targets(rng, 8, vocab)
-    seen, loss, grad = _run(x, t, dtype, "cuda", "mean", 0.1, 1e-4)
+    seen, loss, grad = _run(x, t, dtype, "cuda", "mean", 0.1, 1e-4, backend=backend)
     ref_loss, ref_grad = CE.reference(seen, t, label_smoothing=0.1, z_loss=1e-4)
     assert accuracy.max_rel_err(loss, ref_loss, log=True) <= accuracy.tolerance("float32")
     assert _grad_err(grad, ref_grad) <= accuracy.tolerance(dtype)

@@ -171,12 +171,15 @@ def test_every_planned_instance_compiles_without_spills():
 def test_hip_twin_compiles_for_gfx90a(tmp_path):
     """The HIP twin builds every instance the table can pick on a device without clusters."""
     kernels = [k for k in fast.instances() if "cluster" not in k]
-    args = {"cluster": "(const T*, T*, int, int, int*)"}
+    ce = ", const long long*, float*, const float*, long long, float, float"
+    extra = {"softmax_fast": "", "scale_mask_softmax_fast": ", float, int, int, int, int, const int*, const T*, "
+             "long long, long long, long long", "cross_entropy_fast": ce, "cross_entropy_loss_fast": ce}
+    assert set(extra) == set(fast.OPS.values())
     unit = tmp_path / "instances.cpp"
     lines = ['#include "softmax_fast.cpp"']
     for k in kernels:
         ctype = k[k.index("<") + 1:].split(",")[0]
-        sig = args.get(k.split("<")[0].rsplit("_", 1)[1], "(const T*, T*, int, int)").replace("T", ctype)
+        sig = f"(const T*, T*, int, int{extra[k.split('<')[0].rsplit('_', 1)[0]]})".replace("T", ctype)
         lines.append(f"template __global__ void {k}{sig};")
     unit.write_text("\n".join(lines) + "\n")
     cmd = [hipcc(), "-O3", "-std=c++17", "-Icommon", "-Icuda", "-Ihip", "--offload-arch=gfx90a", "-c", str(unit),

@@ -1,0 +1,308 @@
+"""The fused operations of the fast family (cuda/softmax_fast.cu's row operations): scale + mask +
+softmax and cross-entropy with its gradient, on the same kernel bodies as the fast softmax.
+
+On any machine with a C++ compiler, the CPU target runs the warp, block and two-pass strategies
+against float64: every mask kind (causal, sliding window, per-row valid length, an additive mask
+broadcast through strides), fully masked and single-key rows, odd lengths and tails, misaligned
+rows, scores across each dtype's range, and masked columns filled with NaN (they must not count).
+On the H200 (`pytest -m gpu`) every strategy, the cluster one included, at the lengths the bench
+runs, with outputs poisoned before the launch."""
+import numpy as np
+import pytest
+
+from a07_softmax import accuracy, cpu_target, fast
+from a07_softmax import cross_entropy as CE
+from a07_softmax import reference as R
+
+if cpu_target.compiler() is None:
+    pytest.skip("no C++ compiler (g++ or clang++): the CPU target cannot build the kernels", allow_module_level=True)
+
+DTYPES = ["float32", "bfloat16", "float16"]
+LARGEST = {"float32": 3.0e38, "bfloat16": 3.0e38, "float16": 6.0e4}   # near each dtype's largest finite value
+
+
+def _rounded(x, dtype):
+    """x as the kernel sees it: the very bits the CPU target's driver stores (float64 to float16 in
+    one rounding; via float32 first would round twice and can land one ulp away), as float64."""
+    return cpu_target.from_stored(cpu_target.as_stored(np.asarray(x), dtype), dtype).astype(np.float64)
+
+
+def _visible(rows, cols, q_len, causal, window, valid_len):
+    i = (np.arange(rows) % q_len)[:, None]
+    j = np.arange(cols)[None, :]
+    keep = np.ones((rows, cols), bool)
+    if causal:
+        keep &= j <= i
+    if window:
+        keep &= j > i - window
+    if valid_len is not None:
+        keep &= j < np.asarray(valid_len)[:, None]
+    return keep
+
+
+def _expected(x, scale, keep, additive=None):
+    """float64 softmax(x * scale + mask) over the visible columns, zeros for a row with none."""
+    a = np.asarray(x, np.float64) * scale
+    if additive is not None:
+        a = a + additive
+    a = np.where(keep, a, -np.inf)
+    with np.errstate(invalid="ignore"):
+        y = R.softmax(a)
+    y[~np.isfinite(a).any(axis=1) & ~np.isnan(a).any(axis=1)] = 0.0
+    return y
+
+
+def _check(got, ref, dtype, where):
+    bad = accuracy.first_mismatch(got, ref, accuracy.tolerance(dtype), dtype=dtype)
+    assert bad is None, f"{where}: {bad}"
+
+
+# ------------------------------------------------------------------------------------------------
+# scale + mask + softmax on the CPU target
+# ------------------------------------------------------------------------------------------------
+MASKS = [  # (name, causal, window, with valid lengths)
+    ("causal", True, 0, False), ("window", False, 3, False), ("causal + window + padding", True, 4, True),
+    ("padding", False, 0, True), ("none", False, 0, False)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", [1, 3, 8, 33, 257, 1000, 3001])
+@pytest.mark.parametrize("name,causal,window,padded", MASKS, ids=[m[0] for m in MASKS])
+def test_scale_mask_softmax_matches_float64_on_the_cpu(rng, dtype, cols, name, causal, window, padded):
+    q_len = 6
+    rows = 3 * q_len
+    x = rng.normal(0, 6, size=(rows, cols))
+    vl = rng.integers(0, cols + 1, size=rows).astype(np.int32) if padded else None
+    if padded:
+        vl[1], vl[2] = 0, 1                            # fully masked; exactly one key
+    keep = _visible(rows, cols, q_len, causal, window, vl)
+    x = np.where(keep, x, np.nan)                      # masked scores must never count: NaN there
+    got = fast.scale_mask_softmax_on_cpu(x, 0.3, dtype, causal=causal, window=window, valid_len=vl, q_len=q_len)
+    ref = _expected(_rounded(x, dtype), 0.3, keep)
+    _check(got, ref, dtype, f"{name}, {cols} columns, {dtype} ({fast.plan(cols, dtype, rows, clusters=0).strategy})")
+    if padded:
+        assert not got[1].any(), "a row with no visible key must be zeros"
+        assert got[2, 0] == 1.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scale_mask_softmax_over_the_whole_finite_range(rng, dtype):
+    """Scores up to the dtype's largest magnitude, scaled by 1: the exp must not overflow anywhere,
+    and a row of the lowest value (a model's padding) with one real score gives 1 there."""
+    cols, big = 40, LARGEST[dtype]
+    x = rng.uniform(-big, big, size=(8, cols))
+    x[3] = -big
+    x[3, 5] = 0.0
+    keep = _visible(8, cols, 8, True, 0, None)
+    got = fast.scale_mask_softmax_on_cpu(x, 1.0, dtype, causal=True)
+    _check(got, _expected(_rounded(x, dtype), 1.0, keep), dtype, f"{dtype} scores up to {big:g}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape,mask_shape", [((2, 3, 5, 37), (5, 37)), ((2, 3, 5, 37), (2, 1, 1, 37)),
+                                              ((2, 5, 40), (2, 5, 40)), ((10, 16), (5, 16)), ((2, 3, 5, 37), (37,))])
+def test_an_additive_mask_broadcasts_through_strides(rng, dtype, shape, mask_shape):
+    x = rng.normal(0, 4, size=shape)
+    add = np.where(rng.random(mask_shape) < 0.3, -np.inf, rng.normal(0, 2, size=mask_shape))
+    q_len = 5 if len(shape) == 2 else None
+    got = fast.scale_mask_softmax_on_cpu(x, 0.5, dtype, causal=True, mask=add, q_len=q_len)
+    logical = (shape[0] // 5, 5, shape[1]) if len(shape) == 2 else shape
+    full = np.broadcast_to(_rounded(add, dtype), logical).reshape(-1, shape[-1])
+    rows = full.shape[0]
+    keep = _visible(rows, shape[-1], 5, True, 0, None)
+    ref = _expected(_rounded(x, dtype).reshape(rows, -1), 0.5, keep, full)
+    _check(got, ref, dtype, f"mask {mask_shape} over scores {shape}")
+
+
+@pytest.mark.parametrize("strategy,cols", [("warp", 60), ("block", 700), ("2pass", 3001)])
+@pytest.mark.parametrize("aligned", [True, False])
+def test_each_cpu_strategy_and_the_element_path(rng, strategy, cols, aligned):
+    x = rng.normal(0, 6, size=(12, cols))
+    vl = rng.integers(0, cols + 1, size=12).astype(np.int32)
+    keep = _visible(12, cols, 4, True, 0, vl)
+    got = fast.scale_mask_softmax_on_cpu(np.where(keep, x, np.nan), 1.0, causal=True, valid_len=vl, q_len=4,
+                                         strategy=strategy, aligned=None if aligned else False)
+    _check(got, _expected(x, 1.0, keep), "float32", f"{strategy}, aligned={aligned}")
+
+
+def test_bad_mask_arguments_are_clear_errors(rng):
+    x = rng.normal(size=(6, 10))
+    with pytest.raises(ValueError, match="q_len"):
+        fast.scale_mask_softmax_on_cpu(x, q_len=4)
+    with pytest.raises(ValueError, match="window"):
+        fast.scale_mask_softmax_on_cpu(x, window=-1)
+    with pytest.raises(ValueError, match="scale"):
+        fast.scale_mask_softmax_on_cpu(x, float("inf"))
+    with pytest.raises(ValueError, match="valid_len"):
+        fast.scale_mask_softmax_on_cpu(x, valid_len=np.zeros(5, np.int32))
+    with pytest.raises(ValueError, match="contradicts"):
+        fast.scale_mask_softmax_on_cpu(x.reshape(2, 3, 10), q_len=2)
+    with pytest.raises(ValueError):
+        fast.scale_mask_softmax_on_cpu(x, mask=np.zeros((4, 10)))      # does not broadcast
+
+
+def test_the_plan_never_gives_16_bit_masked_rows_a_cluster():
+    """The 16-bit cluster kernel keeps raw bits and would recompute every score at each use; it
+    spilled at every occupancy (fast.OP_TABLES), so longer masked rows are read twice instead."""
+    assert fast.plan(16384, "bfloat16", 64, op="scale_mask_softmax").strategy == "block"
+    assert fast.plan(16385, "bfloat16", 64, op="scale_mask_softmax").strategy == "2pass"
+    assert fast.plan(40000, "float32", 64, op="scale_mask_softmax").strategy == "cluster"
+    assert fast.plan(40000, "bfloat16", 64).strategy == "cluster"
+
+
+# ------------------------------------------------------------------------------------------------
+# cross-entropy on the CPU target
+# ------------------------------------------------------------------------------------------------
+def _targets(rng, rows, vocab):
+    t = rng.integers(0, vocab, size=rows)
+    t[0], t[-1] = 0, vocab - 1             # both ends of the vocabulary
+    if rows > 2:
+        t[1] = -100                        # ignored
+    return t
+
+
+def _loss_close(got, ref, where):
+    with np.errstate(over="ignore"):
+        ref = np.asarray(ref, np.float64).astype(np.float32).astype(np.float64)  # the loss is fp32: z lse^2 may overflow
+    both_inf = np.isinf(got) & np.isinf(ref) & (np.sign(got) == np.sign(ref))
+    g, r = np.where(both_inf, 0, got), np.where(both_inf, 0, ref)
+    bad = accuracy.first_mismatch(g, r, accuracy.tolerance("float32"), log=True)
+    assert bad is None, f"loss, {where}: {bad}"
+
+
+def _grad_err(got, ref):
+    """Normwise, as tests/test_cross_entropy.py: a gradient entry is a difference that can cancel."""
+    ref = np.asarray(ref, np.float64)
+    return float(np.abs(np.asarray(got, np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("vocab", [1, 2, 33, 1000, 4099])
+@pytest.mark.parametrize("smoothing,z", [(0.0, 0.0), (0.1, 1e-3)])
+def test_cross_entropy_kernel_matches_float64_on_the_cpu(rng, dtype, vocab, smoothing, z):
+    rows = 7
+    x = rng.normal(0, 8, size=(rows, vocab))
+    t = _targets(rng, rows, vocab)
+    if vocab > 3:
+        x[2, : vocab // 2] = -np.inf       # -inf logits, the target among the finite ones
+        t[2] = vocab - 1
+        x[3, 1] = LARGEST[dtype] / 2       # a huge logit
+    loss, grad = fast.cross_entropy_on_cpu(x, t, dtype, label_smoothing=smoothing, z_loss=z, grad_scale=0.25)
+    seen = _rounded(x, dtype)
+    ref_loss, ref_grad = CE.reference(seen, t, reduction="none", label_smoothing=smoothing, z_loss=z)
+    where = f"V = {vocab}, {dtype}, smoothing {smoothing}, z {z}"
+    _loss_close(loss, ref_loss, where)
+    assert _grad_err(grad, 0.25 * ref_grad) <= accuracy.tolerance(dtype), where
+    assert not grad[1].any() and loss[1] == 0, "an ignored row: zero gradient, zero loss"
+
+
+@pytest.mark.parametrize("strategy,vocab", [("warp", 100), ("block", 3000), ("2pass", 5001)])
+def test_cross_entropy_each_cpu_strategy_and_the_loss_alone(rng, strategy, vocab):
+    x = rng.normal(0, 8, size=(6, vocab))
+    t = _targets(rng, 6, vocab)
+    ref_loss, ref_grad = CE.reference(x.astype(np.float32).astype(np.float64), t, reduction="none")
+    loss, grad = fast.cross_entropy_on_cpu(x, t, strategy=strategy)
+    _loss_close(loss, ref_loss, strategy)
+    assert _grad_err(grad, ref_grad) <= accuracy.tolerance("float32")
+    only, untouched = fast.cross_entropy_on_cpu(x, t, strategy=strategy, grad=False)
+    _loss_close(only, ref_loss, f"{strategy}, loss alone")
+    assert np.isnan(untouched).all(), "the loss-only kernel must not write the gradient (it was poisoned)"
+
+
+def test_rows_with_no_softmax_or_no_valid_target_are_nan(rng):
+    """All -inf logits: no softmax exists, loss and gradient NaN (as PyTorch); a target outside the
+    vocabulary (refused on the host before a launch) would give NaN, never a silent 0."""
+    x = rng.normal(size=(4, 50))
+    x[0] = -np.inf
+    t = np.array([3, 60, -100, 7])
+    loss, grad = fast.cross_entropy_on_cpu(x, t)
+    assert np.isnan(loss[0]) and np.isnan(grad[0]).all()
+    assert np.isnan(loss[1]) and np.isnan(grad[1]).all()
+    assert loss[2] == 0 and not grad[2].any()
+    assert np.isfinite(loss[3])
+
+
+def test_the_target_gradient_is_formed_in_fp32_in_every_dtype():
+    x = np.zeros((2, 64))
+    x[:, 5] = 12.0                         # p_target = 1 - 3.7e-4: p - 1 cancels if p is rounded first
+    t = np.array([5, 5])
+    for dtype in ("bfloat16", "float16"):
+        _, grad = fast.cross_entropy_on_cpu(x, t, dtype)
+        _, ref = CE.reference(x, t, reduction="none")
+        assert abs(grad[0, 5] - ref[0, 5]) <= accuracy.tolerance(dtype) * abs(ref[0, 5]), dtype
+
+
+# ------------------------------------------------------------------------------------------------
+# On the GPU
+# ------------------------------------------------------------------------------------------------
+GPU_COLS = [1, 3, 33, 128, 257, 1000, 2049, 4096, 8191, 16384, 16385, 40000]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", GPU_COLS)
+def test_scale_mask_softmax_on_the_gpu(rng, dtype, cols):
+    import torch
+
+    q_len = 4
+    rows = 3 * q_len
+    x = rng.normal(0, 6, size=(rows, cols))
+    vl = rng.integers(0, cols + 1, size=rows).astype(np.int32)
+    vl[1], vl[2] = 0, 1
+    for causal, window, lens in ((True, 0, None), (True, 5, vl), (False, 0, vl), (False, 0, None)):
+        keep = _visible(rows, cols, q_len, causal, window, lens)
+        xt = torch.tensor(np.where(keep, x, np.nan)).to(getattr(torch, dtype)).cuda()
+        out = torch.full_like(xt, float("nan"))
+        fast.scale_mask_softmax(xt, 0.3, causal=causal, window=window, q_len=q_len, out=out,
+                                valid_len=None if lens is None else torch.tensor(lens).cuda())
+        ref = _expected(xt.double().cpu().numpy(), 0.3, keep)
+        plan = fast.plan(cols, dtype, rows, op="scale_mask_softmax")
+        _check(out.float().cpu().numpy(), ref, dtype, f"{plan.describe()} causal={causal} window={window}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_scale_mask_softmax_gpu_mask_tensor_in_place_and_cupy(rng, dtype):
+    import cupy
+    import torch
+
+    dt = getattr(torch, dtype)
+    x = torch.tensor(rng.normal(0, 4, size=(2, 3, 64, 300))).to(dt).cuda()
+    keep_keys = torch.tensor(rng.random((2, 1, 1, 300)) < 0.8).cuda()
+    ref = _expected(x.double().cpu().numpy().reshape(-1, 300), 0.2,
+                    np.broadcast_to(keep_keys.cpu().numpy(), x.shape).reshape(-1, 300))
+    y = x.clone()
+    fast.scale_mask_softmax(y, 0.2, mask=keep_keys, out=y)                 # bool mask, in place
+    _check(y.float().cpu().numpy().reshape(-1, 300), ref, dtype, "bool key mask, in place")
+    if dtype == "float32":
+        xc = cupy.asarray(x.cpu().numpy())
+        add = cupy.where(cupy.asarray(keep_keys.cpu().numpy()), 0.0, -cupy.inf).astype(cupy.float32)
+        yc = fast.scale_mask_softmax(xc, 0.2, mask=add)
+        _check(cupy.asnumpy(yc).reshape(-1, 300), ref, dtype, "CuPy, additive mask")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("vocab", [1, 33, 4099, 32768, 50257, 131072, 262144, 262147])
+def test_cross_entropy_kernel_on_the_gpu(rng, dtype, vocab):
+    import torch
+
+    rows = 6
+    x = rng.normal(0, 8, size=(rows, vocab))
+    t = _targets(rng, rows, vocab)
+    xt = torch.tensor(x).to(getattr(torch, dtype)).cuda()
+    seen = xt.double().cpu().numpy()
+    for smoothing, z in ((0.0, 0.0), (0.1, 1e-4)):
+        leaf = xt.clone().requires_grad_(True)
+        loss = CE.cross_entropy(leaf, torch.tensor(t).cuda(), reduction="sum", label_smoothing=smoothing,
+                                z_loss=z, backend="cuda")
+        loss.backward()
+        ref_loss, ref_grad = CE.reference(seen, t, reduction="sum", label_smoothing=smoothing, z_loss=z)
+        plan = fast.plan(vocab, dtype, rows, op="cross_entropy")
+        where = f"{plan.describe()} smoothing {smoothing} z {z}"
+        _loss_close(np.array([loss.item()]), np.array([ref_loss]), where)
+        assert _grad_err(leaf.grad.double().cpu().numpy(), ref_grad) <= accuracy.tolerance(dtype), where
+        with torch.no_grad():
+            only = CE.cross_entropy(xt, torch.tensor(t).cuda(), reduction="sum", label_smoothing=smoothing,
+                                    z_loss=z, backend="cuda")
+        _loss_close(np.array([only.item()]), np.array([ref_loss]), where + " (loss alone)")
