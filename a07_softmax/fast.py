@@ -104,14 +104,15 @@ TABLE = {
 # held by tests/test_fast.py); those tiers change, nothing else:
 #   - scale_mask_softmax, 16-bit: scores are recomputed from the raw bits at every use in the
 #     cluster kernel, which spilled at every occupancy: rows longer than a block holds (16384) are
-#     read twice, two vectors a thread a step;
+#     read twice, two vectors a thread a step; fp32 as cross-entropy below;
 #   - cross_entropy: fp16's 8 x 8 x 128 cluster tier promises 6 blocks an SM, not 7; misaligned
 #     16-bit rows of more than 262144 logits are read twice (their 512-thread cluster tier spilled);
-#     fp32 rows of more than 16384 logits go to a cluster instead of a 1024-thread block
-#     (misaligned: spilled).
+#     fp32 rows of more than 16384 go to a cluster instead of a 1024-thread block (misaligned:
+#     spilled).
 OP_TABLES = {
     "softmax": TABLE,
-    "scale_mask_softmax": {4: TABLE[4], 2: replace(TABLE[2], cluster_tiers=(), twopass_vecs=2)},
+    "scale_mask_softmax": {4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3], wide_misaligned_bound=0),
+                           2: replace(TABLE[2], cluster_tiers=(), twopass_vecs=2)},
     "cross_entropy": {
         4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3], wide_misaligned_bound=0),
         2: replace(TABLE[2], misaligned_cluster_threads=256, cluster_tiers=tuple(replace(c, min_blocks=6) if (c.vecs, c.cluster, c.min_blocks) == (8, 8, 7)

@@ -197,6 +197,23 @@ struct ScaleMaskRow {
     if (c < lo || c >= hi) return A07_NEG_INF;
     return mask ? fmaf(x, scale, Vec<T>::scalar(mask[c])) : x * scale;
   }
+  // The same for a thread's whole share at once (RowPart): one test of the mask pointer per row, not
+  // per element, and the span test as one unsigned compare (c - lo wraps below lo).
+  template <int VECS, int N>
+  __device__ __forceinline__ void score_part(float* v, int base, int t, int G) const {
+    const unsigned span = unsigned(hi - lo);
+    if (mask) {
+#pragma unroll
+      for (int i = 0; i < VECS * N; ++i) {
+        const int c = base + ((i / N) * G + t) * N + i % N;
+        v[i] = unsigned(c - lo) < span ? fmaf(v[i], scale, Vec<T>::scalar(mask[c])) : A07_NEG_INF;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < VECS * N; ++i)
+        v[i] = unsigned(base + ((i / N) * G + t) * N + i % N - lo) < span ? v[i] * scale : A07_NEG_INF;
+    }
+  }
   __device__ __forceinline__ void reduced(MS, bool) {}
   __device__ __forceinline__ float out(int, float p) const { return p; }
   template <class U> __device__ __forceinline__ void stored(U*) const {}
@@ -210,14 +227,18 @@ struct ScaleMaskOp {
   long long mask_sb, mask_sh, mask_sq;
   using Row = ScaleMaskRow<T>;
   __device__ __forceinline__ Row row(int r, int cols) const {
-    const int i = r % q_len, bh = r / q_len, b = bh / heads, h = bh % heads;
+    // integer divisions cost tens of instructions: only what the row's mask needs
+    const int bh = causal || window > 0 || mask ? r / q_len : 0, i = r - bh * q_len;
     Row row;
     row.hi = causal && i + 1 < cols ? i + 1 : cols;
     if (valid_len && valid_len[r] < row.hi) row.hi = valid_len[r] > 0 ? valid_len[r] : 0;
     if (window > 0 && i - window + 1 > 0) row.lo = i - window + 1;
     if (row.lo > row.hi) row.lo = row.hi;  // an empty span: lo <= hi <= cols, nothing read past the row
     row.scale = scale;
-    row.mask = mask ? mask + b * mask_sb + h * mask_sh + i * mask_sq : nullptr;
+    if (mask) {
+      const int b = bh / heads, h = bh - b * heads;
+      row.mask = mask + b * mask_sb + h * mask_sh + i * mask_sq;
+    }
     return row;
   }
 };
@@ -317,11 +338,8 @@ struct RowPart {
         for (int e = 0; e < N; ++e) v[j * N + e] = row.reads(c0 + e, 1, cols) ? Vec<T>::scalar(xr[c0 + e]) : A07_NEG_INF;
       }
       row.see(xr, c0, N);
-      if constexpr (Row::SCORES) {
-#pragma unroll
-        for (int e = 0; e < N; ++e) v[j * N + e] = row.score(c0 + e, v[j * N + e]);
-      }
     }
+    if constexpr (Row::SCORES) row.template score_part<VECS, N>(v, base, t, G);
   }
 
   // This thread's (m, s); afterwards v holds exp(x - m_thread): one exp per element, ever.
