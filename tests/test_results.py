@@ -42,6 +42,10 @@ def test_every_timed_output_was_checked_and_the_course_kernels_passed(gpu):
                                   "traffic.txt"])
 def test_committed_run_logs_name_gpu_date_versions_and_fresh_sources(name):
     p = results.RESULTS / "nvidia-h200" / name
+    if name == "notebooks.txt" and not p.exists():
+        # a stale record is deleted, not kept: the notebooks have not run under nbval on the H200
+        # since the sources last changed (CI still runs every notebook under nbval on its CPU)
+        pytest.skip("notebooks.txt was removed as stale and not yet regenerated: run `a07 results notebooks` on a GPU")
     text = p.read_text()
     assert "# gpu: NVIDIA H200" in text and "# date: " in text and "# versions: " in text
     recorded = provenance.parse_header(text)
@@ -218,8 +222,8 @@ def test_docs_performance_quotes_the_committed_sweep():
 
 def test_notebook_09_reading_of_the_run_holds():
     """Notebook 09 reads the committed run in words (fp32 at the copy rate everywhere, bf16 at 95 % or
-    more everywhere with the longest rows lowest, ahead of both peers at every length with no ties);
-    those words must stay true of bench.json."""
+    more everywhere with the longest rows lowest, ahead of both peers at every length, ties within
+    the spread only at short fp32 rows); those words must stay true of bench.json."""
     import json
 
     from a07_softmax.paths import ROOT
@@ -228,15 +232,20 @@ def test_notebook_09_reading_of_the_run_holds():
     text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
     assert "the copy rate at every length in fp32, and at 95 % of copy or more at every length in bf16" in text
     assert "the longest rows sit lowest" in text
-    assert "ahead of both peers at every length, with no ties" in text
+    assert "ahead of both peers at every length, tied with one of them within the spread of the rounds " \
+        "at a few short fp32 rows" in text
     d = results.load_bench("nvidia-h200")
     assert all(pct >= 99 for _, pct, _, _ in results.fast_scorecard(d, "float32").values())
     bf16 = {cols: pct for cols, (_, pct, _, _) in results.fast_scorecard(d, "bfloat16").items()}
     assert all(pct >= 95 for pct in bf16.values())
     assert bf16[max(bf16)] == min(bf16.values()), "the longest bf16 row is not the slowest"
+    ties = []
     for dtype in ("float32", "bfloat16"):
         for cols, (m, _, tie) in results.fast_margins(d, dtype).items():
-            assert m > 0 and not tie, (dtype, cols)
+            assert m > 0, (dtype, cols)
+            if tie:
+                ties.append((dtype, cols))
+    assert ties and all(dt == "float32" and cols <= 1024 for dt, cols in ties), ties
 
 
 def test_the_dram_bytes_say_what_notebooks_04_and_07_read_from_them():
@@ -339,9 +348,13 @@ def test_docs_performance_quotes_the_attention_and_cross_entropy_runs():
     assert f"{pct[64]} % of SDPA's flash backend at head dim 64 and {pct[128]} % at head dim 128" in doc
     assert f"Causal runs {span([r['causal_speedup'] for r in rows if r['causal'] and r['seq'] >= 4096], '.2f')} times" in doc
     ce = json.loads((results.RESULTS / "nvidia-h200" / "cross_entropy.json").read_text())
-    names = {"the course's Triton twin": "a07.cross_entropy",
+    names = {"the course's CUDA kernel (fast family)": "a07.fast.cross_entropy",
+             "the course's Triton twin": "a07.cross_entropy",
              "`torch.compile(F.cross_entropy)`, compiled per shape": "torch.compile(F.cross_entropy)",
              "Liger's `LigerCrossEntropyLoss`": "liger.LigerCrossEntropyLoss", "eager `F.cross_entropy`": "F.cross_entropy"}
+    if not any(r["impl"] == names["Liger's `LigerCrossEntropyLoss`"] for r in ce["runs"]):
+        assert "Liger's wheel did not install on the GPU machine for this run" in doc
+        del names["Liger's `LigerCrossEntropyLoss`"]
     for label, impl in names.items():
         cells = []
         for mode, dtype in (("loss+grad", "float32"), ("loss+grad", "bfloat16"), ("loss", "float32"), ("loss", "bfloat16")):
@@ -390,8 +403,9 @@ def test_time_against_dram_reading_holds():
 
 
 def test_notebook_08_reading_of_the_cross_entropy_run_holds():
-    """Notebook 08: the fused kernel beats eager PyTorch in time and memory at every point, every
-    implementation stays far below the copy rate, torch.compile is the fastest and well ahead in fp32."""
+    """Notebook 08: both course kernels beat eager PyTorch in time and memory at the aligned
+    vocabularies; the CUDA kernel is the fastest there, about 1.5 times the Triton twin, and stays
+    near 60 % of copy (below 70 % everywhere) while the fast softmax runs at the copy rate."""
     import json
 
     from a07_softmax.paths import ROOT
@@ -399,26 +413,31 @@ def test_notebook_08_reading_of_the_cross_entropy_run_holds():
     d = results.load_cross_entropy("nvidia-h200")
     runs = [r for r in d["runs"] if r["mode"] == "loss+grad"]
     by = {(r["impl"], r["dtype"], r["vocab"]): r for r in runs}
-    for (impl, dtype, vocab), r in by.items():
-        assert r["GBps"] < 0.6 * d["copy_GBps"], (impl, dtype, vocab)
-        if impl == "a07.cross_entropy" and vocab != 50257:
-            eager = by[("F.cross_entropy", dtype, vocab)]
-            assert r["ms"] < eager["ms"] and r["peak_extra_bytes"] < eager["peak_extra_bytes"], (dtype, vocab)
-    for dtype in ("float32", "bfloat16"):
-        for vocab in {v for _, dt, v in by if dt == dtype}:
-            fastest = min((r for k, r in by.items() if k[1] == dtype and k[2] == vocab), key=lambda r: r["ms"])
-            assert fastest["impl"] == "torch.compile(F.cross_entropy)", (dtype, vocab, fastest["impl"])
-            if dtype == "float32":
-                assert by[("a07.cross_entropy", dtype, vocab)]["ms"] > 1.3 * fastest["ms"]
+    aligned = {(dt, v) for _, dt, v in by if v != 50257}
+    for dtype, vocab in aligned:
+        eager = by[("F.cross_entropy", dtype, vocab)]
+        for impl in ("a07.fast.cross_entropy", "a07.cross_entropy"):
+            r = by[(impl, dtype, vocab)]
+            assert r["ms"] < eager["ms"] and r["peak_extra_bytes"] < eager["peak_extra_bytes"], (impl, dtype, vocab)
+        fastest = min((r for k, r in by.items() if k[1:] == (dtype, vocab)), key=lambda r: r["ms"])
+        assert fastest["impl"] == "a07.fast.cross_entropy", (dtype, vocab, fastest["impl"])
+        ratio = by[("a07.cross_entropy", dtype, vocab)]["ms"] / fastest["ms"]
+        assert 1.3 < ratio < 1.8, (dtype, vocab, ratio)
+        assert 0.5 < fastest["GBps"] / d["copy_GBps"] < 0.7, (dtype, vocab)
     cells = json.loads((ROOT / "notebooks" / "08_log_softmax_cross_entropy.ipynb").read_text())["cells"]
     text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
-    assert "`torch.compile` is the fastest of them, well ahead in fp32" in text
+    assert "the CUDA kernel is the fastest here at the aligned vocabularies, about one and a half times the " \
+        "Triton twin" in text and "it stays near 60 % of the copy rate" in text
+    liger = any(r["impl"].startswith("liger") for r in d["runs"])
+    assert liger != ("was not in this run" in text), "notebook 08 must say whether Liger was in the run"
 
 
 def test_the_50257_exception_named_in_notebook_08_is_real():
     d = results.load_cross_entropy("nvidia-h200")
     by = {(r["impl"], r["dtype"]): r for r in d["runs"] if r["mode"] == "loss+grad" and r["vocab"] == 50257}
     assert any(by[("a07.cross_entropy", dt)]["ms"] > by[("F.cross_entropy", dt)]["ms"] for dt in ("float32", "bfloat16"))
+    assert any(by[("a07.fast.cross_entropy", dt)]["ms"] > by[("F.cross_entropy", dt)]["ms"]
+               for dt in ("float32", "bfloat16"))
 
 
 def test_docs_performance_reads_the_dram_bytes_and_the_50257_point():
@@ -440,9 +459,14 @@ def test_docs_performance_reads_the_dram_bytes_and_the_50257_point():
     assert all(0.05 < v < 0.15 for v in short["float32"]) and all(0.15 < v < 0.25 for v in short["bfloat16"])
     assert "below the model even where the model is exact" in doc
     ce = json.loads((results.RESULTS / "nvidia-h200" / "cross_entropy.json").read_text())
-    pct = {r["dtype"]: 100 * r["GBps"] / ce["copy_GBps"] for r in ce["runs"]
-           if r["impl"] == "a07.cross_entropy" and r["vocab"] == 50257 and r["mode"] == "loss+grad"}
-    assert f"the twin falls to {pct['float32']:.0f} % (fp32) and {pct['bfloat16']:.0f} % (bf16) for loss + grad" in doc
+    pct = {(r["impl"], r["dtype"]): 100 * r["GBps"] / ce["copy_GBps"] for r in ce["runs"]
+           if r["vocab"] == 50257 and r["mode"] == "loss+grad"}
+    assert f"the twin falls to {pct['a07.cross_entropy', 'float32']:.0f} % (fp32) and " \
+        f"{pct['a07.cross_entropy', 'bfloat16']:.0f} % (bf16)" in doc
+    assert f"the CUDA kernel reaches {pct['a07.fast.cross_entropy', 'float32']:.0f} % (fp32) and " \
+        f"{pct['a07.fast.cross_entropy', 'bfloat16']:.0f} % (bf16) for loss + grad" in doc
+    fastest = {dt: min((k for k in pct if k[1] == dt), key=lambda k: -pct[k])[0] for dt in ("float32", "bfloat16")}
+    assert set(fastest.values()) == {"torch.compile(F.cross_entropy)"} and "`torch.compile` is fastest there" in doc
 
 
 def test_every_committed_result_has_a_step_that_rewrites_it():
