@@ -364,6 +364,42 @@ def cross_entropy_report(d: dict, mode: str = "loss+grad", vocabs=(32768, 131072
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------------
+# Fused scale + mask + softmax (bench/scale_mask.py -> results/<gpu>/scale_mask.json)
+# ------------------------------------------------------------------------------------------------
+SCALE_MASK_PEERS = ("triton", "torch.compile", "lab2.fused", "lab2.unfused", "eager")
+
+
+def load_scale_mask(gpu: str = "nvidia-h200") -> dict:
+    return json.loads((RESULTS / gpu / "scale_mask.json").read_text())
+
+
+def scale_mask_rows(d: dict, dtype: str, causal: bool) -> dict:
+    """{S: {impl: ms}} plus "copy" for one dtype and mask kind."""
+    out = {}
+    for r in d["runs"]:
+        if r["dtype"] == dtype and r["causal"] == causal:
+            out.setdefault(r["seq"], {"copy": r["copy_ms"]})[r["impl"]] = r["ms"]
+    return dict(sorted(out.items()))
+
+
+def scale_mask_report(d: dict, dtype: str = "float32") -> str:
+    """Per S: the fast kernel's time against the copy of the same tensor, and each peer's time as a
+    multiple of the fast kernel's (above 1: the fast kernel is faster), without a mask and causal."""
+    lines = []
+    for causal in (False, True):
+        rows = scale_mask_rows(d, dtype, causal)
+        peers = [p for p in SCALE_MASK_PEERS if any(p in v for v in rows.values())]
+        lines.append(f"{dtype}, {'causal' if causal else 'no mask'}: times as multiples "
+                     f"(fast / copy, then each peer / fast)")
+        lines.append(f"{'S':>7}{'fast/copy':>11}" + "".join(f"{p:>15}" for p in peers))
+        for seq, v in rows.items():
+            cells = "".join(f"{v[p] / v['fast']:>15.2f}" if p in v else f"{'-':>15}" for p in peers)
+            lines.append(f"{seq:>7}{v['fast'] / v['copy']:>11.2f}{cells}")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
 def plot_attention(d: dict, copy_gbps: float, head_dim: int = 128):
     """Left: TFLOP/s against S for each implementation (solid: full, dashed: causal). Right: how
     many times slower the naive pipeline is, against how many times more bytes the traffic model says

@@ -482,3 +482,55 @@ def test_every_committed_result_has_a_step_that_rewrites_it():
     for name, cmd in record.SCRIPTS.values():
         assert (ROOT / cmd[0]).is_file(), cmd
         assert name in record.__doc__, f"record.py's docstring does not list {name}"
+
+
+def test_docs_performance_reads_the_scale_mask_run():
+    """docs/performance.md's figures for the fused scale + mask + softmax, against scale_mask.json and
+    traffic.txt: each span recomputed from the run."""
+    from a07_softmax.paths import ROOT
+
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    d = results.load_scale_mask("nvidia-h200")
+    rows = {(dt, c): results.scale_mask_rows(d, dt, c) for dt in ("float32", "bfloat16") for c in (False, True)}
+    pct = lambda dt, c, keep: [100 * v["copy"] / v["fast"] for s_, v in rows[dt, c].items() if keep(s_)]  # noqa: E731
+    x = lambda dt, c: [v["fast"] / v["copy"] for v in rows[dt, c].values()]  # noqa: E731
+    every = lambda s_: True  # noqa: E731
+    assert f"Without a mask, fp32: {min(pct('float32', False, every)):.1f}-{max(pct('float32', False, every)):.1f} % of copy" in doc
+    short, long_ = pct("bfloat16", False, lambda s_: s_ <= 1024), pct("bfloat16", False, lambda s_: s_ >= 2048)
+    assert f"bf16: {min(short):.0f}-{max(short):.0f} % up to S = 1024, {min(long_):.0f}-{max(long_):.0f} % from 2048 on" in doc
+    assert f"Causal, fp32: {min(x('float32', True)):.2f}-{max(x('float32', True)):.2f} times the copy's time" in doc
+    lead = [min(v[p] for p in ("triton", "torch.compile")) / v["fast"] for v in rows["float32", True].values()]
+    assert min(lead) > 1 and f"at every S ({min(lead):.2f}-{max(lead):.2f} times)" in doc
+    met = [s_ for s_, v in rows["float32", True].items() if s_ >= 512 and v["fast"] <= 0.8 * v["copy"]]
+    assert met == [16384] and "is met only at S = 16384" in doc
+    assert f"bf16 causal: {min(x('bfloat16', True)):.2f}-{max(x('bfloat16', True)):.2f} times the copy" in doc
+    unfused = [v["lab2.unfused"] / v["fast"] for c in (False, True) for v in rows["float32", c].values()]
+    assert f"three-kernel path (fp32): {min(unfused):.1f}-{max(unfused):.1f} times faster" in doc
+    r128 = rows["float32", False][128]["lab2.fused"] / rows["float32", False][128]["fast"]
+    r128c = rows["float32", True][128]["lab2.fused"] / rows["float32", True][128]["fast"]
+    assert f"{r128:.1f} times at S = 128 without a mask ({r128c:.1f} causal)" in doc
+    t = [r for r in results.load_traffic("nvidia-h200") if r["impl"] == "cuda.scale_mask_softmax_fast"]
+    for dt, name in (("float32", "fp32"), ("bfloat16", "bf16")):
+        m = [r["measured"] for r in t if r["dtype"] == dt]
+        assert all(r["model"] == 1.5 for r in t) and max(m) < 1.5
+        assert f"{min(m):.2f}-{max(m):.2f}" in doc, (name, m)
+
+
+def test_notebook_05_reading_of_the_scale_mask_run_holds():
+    """Notebook 05's words on the fast path against the teaching kernel, recomputed from the run."""
+    import json
+
+    from a07_softmax.paths import ROOT
+
+    cells = json.loads((ROOT / "notebooks" / "05_fusion.ipynb").read_text())["cells"]
+    text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
+    d = results.load_scale_mask("nvidia-h200")
+    full, causal = results.scale_mask_rows(d, "float32", False), results.scale_mask_rows(d, "float32", True)
+    unfused = [v["lab2.unfused"] / v["fast"] for rows in (full, causal) for v in rows.values()]
+    assert f"is {min(unfused):.1f}-{max(unfused):.1f} times faster than the three-kernel path" in text
+    assert f"The teaching kernel is {full[128]['lab2.fused'] / full[128]['fast']:.1f} times slower at S = 128" in text
+    assert all(0.95 < full[s]["lab2.fused"] / full[s]["fast"] < 1.1 for s in full if s >= 8192 and "lab2.fused" in full[s])
+    x = [v["fast"] / v["copy"] for v in causal.values()]
+    assert f"Causal rows take {min(x):.2f}-{max(x):.2f} times the copy's time" in text
+    bf = [100 * v["copy"] / v["fast"] for s, v in results.scale_mask_rows(d, "bfloat16", False).items() if s >= 2048]
+    assert f"the fast path drops to {min(bf):.0f}-{max(bf):.0f} % of copy" in text
