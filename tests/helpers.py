@@ -13,6 +13,11 @@ class FakeDeviceArray:
         self.flags = {"C_CONTIGUOUS": contiguous}
         self.__cuda_array_interface__ = {}
 
+    def reshape(self, *shape):
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        n, known = int(np.prod(self.shape)), int(np.prod([s for s in shape if s != -1]))
+        return FakeDeviceArray(tuple(n // known if s == -1 else s for s in shape), self.dtype, self.flags["C_CONTIGUOUS"])
+
 
 def hipcc() -> str:
     """The HIP compiler's path, or skip the test that needs it, saying how to get it."""

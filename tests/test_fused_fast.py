@@ -141,6 +141,30 @@ def test_bad_mask_arguments_are_clear_errors(rng):
         fast.scale_mask_softmax_on_cpu(x, mask=np.zeros((4, 10)))      # does not broadcast
 
 
+def test_the_gpu_entry_refuses_bad_masks_before_a_launch():
+    """fast.scale_mask_softmax's own checks, driven without a GPU: each refusal comes before any
+    compilation or launch, and names what was wrong."""
+    from .helpers import FakeDeviceArray
+
+    x = FakeDeviceArray((2, 3, 5, 10))
+    with pytest.raises(ValueError, match="on x's GPU"):
+        fast.scale_mask_softmax(x, 0.5, mask=np.zeros((5, 10), np.float32))
+    with pytest.raises(TypeError, match="dtype float64"):
+        fast.scale_mask_softmax(x, 0.5, mask=FakeDeviceArray((5, 10), "float64"))
+    with pytest.raises(ValueError, match="contradicts"):
+        fast.scale_mask_softmax(x, 0.5, q_len=4)
+    with pytest.raises(ValueError, match="scores must be"):
+        fast.scale_mask_softmax(FakeDeviceArray((2, 2, 3, 5, 10)), 0.5)
+    with pytest.raises(ValueError, match="scale"):
+        fast.scale_mask_softmax(x, float("nan"))
+    with pytest.raises(ValueError, match="valid_len"):
+        fast.scale_mask_softmax(x, 0.5, valid_len=np.zeros(30, np.int32))
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        fast.scale_mask_softmax(FakeDeviceArray((4, 10), contiguous=False), 0.5)
+    with pytest.raises(TypeError, match="float64"):
+        fast.scale_mask_softmax(FakeDeviceArray((4, 10), "float64"), 0.5)
+
+
 def test_the_plan_never_gives_16_bit_masked_rows_a_cluster():
     """The 16-bit cluster kernel keeps raw bits and would recompute every score at each use; it
     spilled at every occupancy (fast.OP_TABLES), so longer masked rows are read twice instead."""
