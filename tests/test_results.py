@@ -534,3 +534,15 @@ def test_notebook_05_reading_of_the_scale_mask_run_holds():
     assert f"Causal rows take {min(x):.2f}-{max(x):.2f} times the copy's time" in text
     bf = [100 * v["copy"] / v["fast"] for s, v in results.scale_mask_rows(d, "bfloat16", False).items() if s >= 2048]
     assert f"the fast path drops to {min(bf):.0f}-{max(bf):.0f} % of copy" in text
+
+
+def test_notebook_08_reading_of_the_cross_entropy_dram_bytes_holds():
+    """Notebook 08: the CUDA cross-entropy reads the logits once from DRAM and writes a little less
+    than the gradient (the last lines stay in the L2), so its gap to copy is time, not bytes."""
+    rows = [r for r in results.load_traffic("nvidia-h200") if r["impl"] == "cuda.cross_entropy_fast"]
+    assert {r["dtype"] for r in rows} == {"float32", "bfloat16"}
+    for r in rows:
+        tensor = r["rows"] * r["cols"] * (4 if r["dtype"] == "float32" else 2)
+        assert abs(r["read"] / tensor - 1) < 0.01, r
+        assert 0.7 < r["written"] / tensor < 1.0, r
+        assert r["model"] == 2
