@@ -43,7 +43,7 @@ help:
 	@echo "make hip GPU_ARCH=gfx942 build the HIP lab programs; make run-hip runs them"
 	@echo "make triton              Lab 3: Triton kernels (GPU, or the CPU interpreter)"
 	@echo "make bench               the benchmark, on a GPU: writes results/<gpu>/bench.json + plots"
-	@echo "make results             on a GPU: every file of results/<gpu>/ (bench, sweeps, sanitizer, ncu bytes, attention, cross-entropy, nbval)"
+	@echo "make results             on a GPU: every file of results/<gpu>/ (bench, sweeps, sanitizer, ncu bytes, attention, cross-entropy, scale-mask, nbval)"
 	@echo "Every target runs the a07 command (.venv/bin/a07 --help); make only bootstraps .venv."
 	@echo "make check EX=01         check your exercise (SOLUTION=1 checks the solution)"
 	@echo "make grade DIR=subs      check every learner's folder in DIR, write DIR/grades.md"
