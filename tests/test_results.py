@@ -352,6 +352,13 @@ def test_docs_performance_quotes_the_attention_and_cross_entropy_runs():
              "the course's Triton twin": "a07.cross_entropy",
              "`torch.compile(F.cross_entropy)`, compiled per shape": "torch.compile(F.cross_entropy)",
              "Liger's `LigerCrossEntropyLoss`": "liger.LigerCrossEntropyLoss", "eager `F.cross_entropy`": "F.cross_entropy"}
+    lg = {(r["impl"], r["dtype"], r["vocab"]): r["ms"] for r in ce["runs"] if r["mode"] == "loss+grad" and r["vocab"] != 50257}
+    fast = {k[1:]: ms for k, ms in lg.items() if k[0] == "a07.fast.cross_entropy"}
+    twin = [lg[("a07.cross_entropy", *k)] / ms for k, ms in fast.items()]
+    comp = {dt: [lg[("torch.compile(F.cross_entropy)", d_, v)] / ms for (d_, v), ms in fast.items() if d_ == dt]
+            for dt in ("bfloat16", "float32")}
+    assert f"{min(twin):.1f}-{max(twin):.1f} times the twin, {min(comp['bfloat16']):.1f}-{max(comp['bfloat16']):.1f} " \
+        f"times `torch.compile` in bf16 and {min(comp['float32']):.1f}-{max(comp['float32']):.1f} in fp32" in doc
     if not any(r["impl"] == names["Liger's `LigerCrossEntropyLoss`"] for r in ce["runs"]):
         assert "Liger's wheel did not install on the GPU machine for this run" in doc
         del names["Liger's `LigerCrossEntropyLoss`"]
