@@ -216,6 +216,25 @@ def ce_grad_mismatch(got, ref) -> str | None:
     return f"first large error at row {i}, col {j}: got {got[i, j]:.6g}, expected {ref[i, j]:.6g}"
 
 
+def diagnose_log_softmax(got, x) -> str | None:
+    """Recognise a log_softmax whose rows are not log-probabilities: exp of a correct row sums to 1."""
+    got, x = np.asarray(got, dtype=np.float64), np.asarray(x, dtype=np.float64)
+    if got.shape != x.shape:
+        return None
+    with np.errstate(all="ignore"):
+        m = x.max(axis=1)
+        for r in np.flatnonzero(np.isfinite(m) & np.isfinite(got).any(axis=1)):
+            total = float(np.exp(got[r]).sum())
+            if abs(total - 1.0) <= 1e-3:
+                continue
+            if np.allclose(got[r], x[r] - m[r], rtol=1e-5, atol=1e-5, equal_nan=True):
+                return (f"row {r} is x - max(x): the log of the sum was not subtracted; log_softmax is "
+                        "(x - m) - log(sum(exp(x - m)))")
+            return (f"exp of row {r} sums to {total:.4g}, not 1: these are not log-probabilities; the normaliser "
+                    "log(sum(exp(x - m))) is missing or wrong")
+    return None
+
+
 def diagnose_ce_loss(got, x, t) -> str | None:
     """Recognise the usual wrong losses of the cross-entropy (x: the logits the answer saw)."""
     got, x, t = np.asarray(got, dtype=np.float64).reshape(-1), np.asarray(x, dtype=np.float64), np.asarray(t)
@@ -445,7 +464,8 @@ def cases_06(rng, hidden: bool):
         hx[min(1, rows - 1)] = -np.inf  # fully masked: -inf everywhere
         ref = R.log_softmax(hx)
         items.append((name, "log_softmax", {f"l{len(items)}": hx}, [_arr(f"l{len(items)}", **{"as": "torch"})],
-                      lambda got, ref=ref: mismatch(got, ref, log=True)))
+                      lambda got, ref=ref, hx=hx: _with_hint(mismatch(got, ref, log=True),
+                                                             lambda: diagnose_log_softmax(got, hx))))
 
     lsm(5, 77, -30, 30, "log_softmax, 5 x 77, row 1 fully masked (-inf everywhere)")
     lsm(3, 1000, 60, 100, "log_softmax of logits 60-100 (exp overflows fp32 without the max)")
