@@ -19,6 +19,15 @@ class FakeDeviceArray:
         return FakeDeviceArray(tuple(n // known if s == -1 else s for s in shape), self.dtype, self.flags["C_CONTIGUOUS"])
 
 
+def grad_err(got, ref) -> float:
+    """Normwise error of a cross-entropy gradient: the largest error against the largest gradient
+    entry. An entry is a difference (p - onehot - smoothing / V) that can cancel to almost nothing,
+    where an elementwise relative error measures the rounding of its terms, not the kernel
+    (PyTorch's own fp32 gradient misses the elementwise float32 tolerance there too)."""
+    ref = np.asarray(ref, dtype=np.float64)
+    return float(np.abs(np.asarray(got, dtype=np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
 def hipcc() -> str:
     """The HIP compiler's path, or skip the test that needs it, saying how to get it."""
     path = shutil.which("hipcc")

@@ -9,6 +9,8 @@ import pytest
 
 from a07_softmax import accuracy, backend
 
+from .helpers import grad_err as _grad_err
+
 DEVICE = backend.detect().triton_device
 if DEVICE is None:
     pytest.skip("triton is not installed here (Linux only): the cross-entropy kernel cannot run", allow_module_level=True)
@@ -50,15 +52,6 @@ def test_the_reference_is_pytorchs_autograd_in_float64(rng, reduction, smoothing
         assert np.allclose(ref_loss, loss.detach().numpy(), rtol=1e-12, atol=1e-12)
         scale = upstream.numpy()[:, None] if reduction == "none" else upstream.item()
         assert np.allclose(ref_grad * scale, xt.grad.numpy(), rtol=1e-10, atol=1e-12)
-
-
-def _grad_err(got, ref):
-    """Normwise: the largest error against the largest gradient entry. A gradient entry is a
-    difference (p - onehot - smoothing / V) that can cancel to almost nothing, where an elementwise
-    relative error measures the rounding of its terms, not the kernel (PyTorch's own fp32 gradient
-    misses the elementwise float32 tolerance there too)."""
-    ref = np.asarray(ref, dtype=np.float64)
-    return float(np.abs(np.asarray(got, dtype=np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
 def _run(x, t, dtype, device, reduction="mean", smoothing=0.0, z=0.0, upstream=None, inplace=False, backend=None):

@@ -10,9 +10,11 @@ runs, with outputs poisoned before the launch."""
 import numpy as np
 import pytest
 
-from a07_softmax import accuracy, cpu_target, fast
+from a07_softmax import accuracy, contract, cpu_target, fast
 from a07_softmax import cross_entropy as CE
 from a07_softmax import reference as R
+
+from .helpers import grad_err as _grad_err  # noqa: E402
 
 if cpu_target.compiler() is None:
     pytest.skip("no C++ compiler (g++ or clang++): the CPU target cannot build the kernels", allow_module_level=True)
@@ -21,10 +23,9 @@ DTYPES = ["float32", "bfloat16", "float16"]
 LARGEST = {"float32": 3.0e38, "bfloat16": 3.0e38, "float16": 6.0e4}   # near each dtype's largest finite value
 
 
-def _rounded(x, dtype):
-    """x as the kernel sees it: the very bits the CPU target's driver stores (float64 to float16 in
-    one rounding; via float32 first would round twice and can land one ulp away), as float64."""
-    return cpu_target.from_stored(cpu_target.as_stored(np.asarray(x), dtype), dtype).astype(np.float64)
+# x as the kernel sees it, as float64: the same conversions as the CPU target's driver (float64 to
+# float16 in one rounding: via float32 first would round twice and can land one ulp away)
+_rounded = contract.round_to
 
 
 def _visible(rows, cols, q_len, causal, window, valid_len):
@@ -41,15 +42,13 @@ def _visible(rows, cols, q_len, causal, window, valid_len):
 
 
 def _expected(x, scale, keep, additive=None):
-    """float64 softmax(x * scale + mask) over the visible columns, zeros for a row with none."""
+    """float64 softmax(x * scale + mask) over the visible columns (reference.softmax gives zeros for a
+    row with none)."""
     a = np.asarray(x, np.float64) * scale
     if additive is not None:
         a = a + additive
-    a = np.where(keep, a, -np.inf)
     with np.errstate(invalid="ignore"):
-        y = R.softmax(a)
-    y[~np.isfinite(a).any(axis=1) & ~np.isnan(a).any(axis=1)] = 0.0
-    return y
+        return R.softmax(np.where(keep, a, -np.inf))
 
 
 def _check(got, ref, dtype, where):
@@ -192,12 +191,6 @@ def _loss_close(got, ref, where):
     g, r = np.where(both_inf, 0, got), np.where(both_inf, 0, ref)
     bad = accuracy.first_mismatch(g, r, accuracy.tolerance("float32"), log=True)
     assert bad is None, f"loss, {where}: {bad}"
-
-
-def _grad_err(got, ref):
-    """Normwise, as tests/test_cross_entropy.py: a gradient entry is a difference that can cancel."""
-    ref = np.asarray(ref, np.float64)
-    return float(np.abs(np.asarray(got, np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
