@@ -14,8 +14,13 @@ def cross_entropy_fwd_bwd_kernel(X, T, LOSS, G, N_VALID, n_cols, stride_x, strid
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     offs = tl.arange(0, TILE)
-    t = tl.load(T + row).to(tl.int32)
-    ignored = t == ignore_index
+    t64 = tl.load(T + row)
+    ignored = t64 == ignore_index
+    # a target outside [0, V) (possible only with check_targets=False) makes the row NaN, as in the
+    # CUDA kernel; compared in 64 bits, so that 2^32 does not pass for 0
+    outside = (t64 < 0) | (t64 >= n_cols)
+    invalid = outside & (t64 != ignore_index)
+    t = tl.where(outside, -1, t64).to(tl.int32)
     m = tl.full([TILE], -float("inf"), tl.float32)
     s = tl.zeros([TILE], tl.float32)
     sum_x = tl.zeros([TILE], tl.float32)
@@ -40,6 +45,7 @@ def cross_entropy_fwd_bwd_kernel(X, T, LOSS, G, N_VALID, n_cols, stride_x, strid
     scale = 1.0
     if REDUCE_MEAN:
         scale = 1.0 / tl.maximum(tl.load(N_VALID).to(tl.float32), 1.0)
+    loss = tl.where(invalid, float("nan"), loss)
     tl.store(LOSS + row, tl.where(ignored, 0.0, loss))
     if WRITE_GRAD:
         g_row = G + row * stride_g
@@ -51,7 +57,7 @@ def cross_entropy_fwd_bwd_kernel(X, T, LOSS, G, N_VALID, n_cols, stride_x, strid
             # p - onehot first (exact where p is exactly 1), then the small terms: formed in fp32,
             # rounded once at the store
             g = (p - onehot) + 2.0 * z_coef * lse * p + smoothing * (onehot - 1.0 / n_cols)
-            g = tl.where(ignored, 0.0, g * scale)
+            g = tl.where(ignored, 0.0, tl.where(invalid, float("nan"), g * scale))
             tl.store(g_row + cols, g.to(G.dtype.element_ty), mask=cols < n_cols)
 
 

@@ -36,6 +36,22 @@ def stale_sources(recorded: dict) -> list:
     return [p for p, h in recorded.items() if now.get(p) != h]
 
 
+def dram_peak_gbps() -> float | None:
+    """The DRAM's theoretical peak, GB/s: 2 transfers a clock x memory clock x bus width (CUDA's
+    device attributes, read through CuPy; an H200 reports 3201 MHz and 6016 bits: 4814 GB/s).
+    None where they cannot be read."""
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.is_hip:  # HIP numbers its attributes differently
+            return None
+        clock_khz = cupy.cuda.runtime.deviceGetAttribute(36, 0)   # cudaDevAttrMemoryClockRate
+        bus_bits = cupy.cuda.runtime.deviceGetAttribute(37, 0)    # cudaDevAttrGlobalMemoryBusWidth
+    except Exception:
+        return None
+    return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz and bus_bits else None
+
+
 def versions() -> dict:
     v = {"python": platform.python_version()}
     for mod in ("numpy", "torch", "triton", "cupy"):

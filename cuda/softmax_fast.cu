@@ -59,7 +59,12 @@
 // the dtype's lowest value (how model libraries build padding masks) then gives -inf - -inf = NaN.
 // x - m <= 0 can only overflow towards -inf, whose exp is the 0 it should be. The extra instruction
 // is free at the copy ceiling (docs/performance.md, results/nvidia-h200/bench.json).
-__device__ __forceinline__ float exp_minus(float x, float m) { return fast_exp2((x - m) * LOG2E); }
+// k: log2(e), or scale * log2(e) for softmax(x * scale) with the scale folded in (ScaleMaskRow).
+#if A07_EXP_FFMA  // the one-FFMA form, for a measurement only (bench/sweeps/fast_configs.py --claim exp-form)
+__device__ __forceinline__ float exp_minus(float x, float m, float k = LOG2E) { return fast_exp2(fmaf(x, k, -m * k)); }
+#else
+__device__ __forceinline__ float exp_minus(float x, float m, float k = LOG2E) { return fast_exp2((x - m) * k); }
+#endif
 // Below this |m log2(e)| the one-FFMA form is exact to 2^-12 in the exponent (RowBits uses it).
 #define FFMA_EXP_LIMIT 4096.0f
 
@@ -152,6 +157,9 @@ template <class State> __device__ __forceinline__ State block_reduce(State st) {
 //   reads(c0, n, cols)   load the n elements from column c0? (false: they count as -inf)
 //   see(xr, c0, n)       once per vector a thread owns, before anything is written (in place too)
 //   score(c, x)          what the softmax sees for element x of column c (SCORES only)
+//   exp_factor()         k in exp2((x - m) * k) for the values a RowPart holds: log2(e), unless
+//   state_max(m)         the Row folds a positive scale into the exp; then the row's max in
+//                        score units is state_max(m) = m * scale (RowPart only)
 //   reduced(total, lead) once the row's state is known, before the store; `lead` is true in one
 //                        thread of the row
 //   out(c, p)            what is written for probability p at column c (OUTPUTS only)
@@ -168,6 +176,8 @@ struct SoftmaxRow {
   __device__ __forceinline__ bool reads(int c0, int, int cols) const { return c0 < cols; }
   template <class T> __device__ __forceinline__ void see(const T*, int, int) {}
   __device__ __forceinline__ float score(int, float x) const { return x; }
+  __device__ __forceinline__ float exp_factor() const { return LOG2E; }
+  __device__ __forceinline__ float state_max(float m) const { return m; }
   __device__ __forceinline__ void reduced(MS, bool) {}
   __device__ __forceinline__ float out(int, float p) const { return p; }
   template <class T> __device__ __forceinline__ void stored(T*) const {}
@@ -190,30 +200,62 @@ struct ScaleMaskRow {
   static constexpr bool SCORES = true, OUTPUTS = false, SUMS = false, WRITES = true;
   int lo = 0, hi = 0;        // the span that may be visible
   float scale = 1.0f;
+  bool folded = false;       // the scale goes into the exp (no additive mask, scale > 0)
   const T* mask = nullptr;   // this row's additive mask, or none
   __device__ __forceinline__ bool reads(int c0, int n, int) const { return c0 < hi && c0 + n > lo; }
   template <class U> __device__ __forceinline__ void see(const U*, int, int) {}
+  // The score of element x at column c, whole (RowBits recomputes it at every use).
   __device__ __forceinline__ float score(int c, float x) const {
     if (c < lo || c >= hi) return A07_NEG_INF;
     return mask ? fmaf(x, scale, Vec<T>::scalar(mask[c])) : x * scale;
   }
-  // The same for a thread's whole share at once (RowPart): one test of the mask pointer per row, not
-  // per element, and the span test as one unsigned compare (c - lo wraps below lo).
-  template <int VECS, int N>
+  // A RowPart's share at once, with as little work per element as the row allows:
+  //   - softmax(x * scale) = exp((x - max x) * scale) / sum for scale > 0 (x * scale is monotone
+  //     in x, so max(x * scale) = (max x) * scale even after rounding): without an additive mask
+  //     the scale goes into the exp's factor (exp_factor, state_max) and costs nothing per element;
+  //   - a vector wholly inside [lo, hi) needs no test per element, one wholly outside was never
+  //     loaded and holds -inf already (reads()); only the (at most two) vectors that straddle lo or
+  //     hi are tested element by element. The test, not the -inf, matters there: -inf * 0 is NaN.
+  template <int VECS, int N, bool ALIGNED>
   __device__ __forceinline__ void score_part(float* v, int base, int t, int G) const {
-    const unsigned span = unsigned(hi - lo);
-    if (mask) {
+    if constexpr (!ALIGNED) {  // element by element anyway: the per-vector branches only cost registers
+      const unsigned span = unsigned(hi - lo);  // the span test as one unsigned compare (c - lo wraps below lo)
+      const auto each = [&](auto score) {  // one loop per case: a select per element costs registers
 #pragma unroll
-      for (int i = 0; i < VECS * N; ++i) {
-        const int c = base + ((i / N) * G + t) * N + i % N;
-        v[i] = unsigned(c - lo) < span ? fmaf(v[i], scale, Vec<T>::scalar(mask[c])) : A07_NEG_INF;
+        for (int i = 0; i < VECS * N; ++i) {
+          const int c = base + ((i / N) * G + t) * N + i % N;
+          v[i] = unsigned(c - lo) < span ? score(v[i], c) : A07_NEG_INF;
+        }
+      };
+      if (mask) each([&](float x, int c) { return fmaf(x, scale, Vec<T>::scalar(mask[c])); });
+      else if (folded) each([](float x, int) { return x; });
+      else each([&](float x, int) { return x * scale; });
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < VECS; ++j) {
+      const int c0 = base + (j * G + t) * N;
+      float* w = v + j * N;
+      if (c0 >= lo && c0 + N <= hi) {
+        if (mask) {
+#pragma unroll
+          for (int e = 0; e < N; ++e) w[e] = fmaf(w[e], scale, Vec<T>::scalar(mask[c0 + e]));
+        } else if (!folded) {
+#pragma unroll
+          for (int e = 0; e < N; ++e) w[e] *= scale;
+        }
+      } else if (c0 < hi && c0 + N > lo) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const int c = c0 + e;
+          const float x = mask ? fmaf(w[e], scale, Vec<T>::scalar(mask[c])) : folded ? w[e] : w[e] * scale;
+          w[e] = c >= lo && c < hi ? x : A07_NEG_INF;
+        }
       }
-    } else {
-#pragma unroll
-      for (int i = 0; i < VECS * N; ++i)
-        v[i] = unsigned(base + ((i / N) * G + t) * N + i % N - lo) < span ? v[i] * scale : A07_NEG_INF;
     }
   }
+  __device__ __forceinline__ float exp_factor() const { return folded ? scale * LOG2E : LOG2E; }
+  __device__ __forceinline__ float state_max(float m) const { return folded ? m * scale : m; }
   __device__ __forceinline__ void reduced(MS, bool) {}
   __device__ __forceinline__ float out(int, float p) const { return p; }
   template <class U> __device__ __forceinline__ void stored(U*) const {}
@@ -235,6 +277,8 @@ struct ScaleMaskOp {
     if (window > 0 && i - window + 1 > 0) row.lo = i - window + 1;
     if (row.lo > row.hi) row.lo = row.hi;  // an empty span: lo <= hi <= cols, nothing read past the row
     row.scale = scale;
+    // folded only for scale > 0: a negative one would turn the max into a min, and 0 * -inf is NaN
+    row.folded = !mask && scale > 0.0f;
     if (mask) {
       const int b = bh / heads, h = bh - b * heads;
       row.mask = mask + b * mask_sb + h * mask_sh + i * mask_sq;
@@ -272,6 +316,8 @@ struct CrossEntropyRow {
     if (target >= c0 && target < c0 + n) holds_target = true, x_t = Vec<U>::scalar(xr[target]);
   }
   __device__ __forceinline__ float score(int, float x) const { return x; }
+  __device__ __forceinline__ float exp_factor() const { return LOG2E; }
+  __device__ __forceinline__ float state_max(float m) const { return m; }
   __device__ __forceinline__ void reduced(MSX total, bool lead) {
     if (target == -1) {
       if (lead) *loss = 0.0f;
@@ -339,7 +385,7 @@ struct RowPart {
       }
       row.see(xr, c0, N);
     }
-    if constexpr (Row::SCORES) row.template score_part<VECS, N>(v, base, t, G);
+    if constexpr (Row::SCORES) row.template score_part<VECS, N, ALIGNED>(v, base, t, G);
   }
 
   // This thread's (m, s); afterwards v holds exp(x - m_thread): one exp per element, ever.
@@ -355,10 +401,11 @@ struct RowPart {
         if (base + ((i / N) * G + t) * N + i % N < row.hi) sx += v[i];
     }
     const float m_sub = m == A07_NEG_INF ? 0.0f : m;  // no elements: every exp below is 0
+    const float k = row.exp_factor();  // log2(e), or a folded scale times it (ScaleMaskRow)
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < VECS * N; ++i) s += (v[i] = exp_minus(v[i], m_sub));
-    return make_state<typename Row::State>(m, s, sx);
+    for (int i = 0; i < VECS * N; ++i) s += (v[i] = exp_minus(v[i], m_sub, k));
+    return make_state<typename Row::State>(row.state_max(m), s, sx);
   }
 
   // y = exp(x - M) / S = exp(x - m_thread) * exp(m_thread - M) / S. A row whose max is -inf
@@ -752,6 +799,19 @@ __device__ __forceinline__ void twopass_row(const T* __restrict__ x, T* __restri
    long long ignore_index, float label_smoothing, float z_loss)
 #define A07_CROSS_ENTROPY_OP(GRAD) (CrossEntropyOp<T, GRAD>{target, loss, grad_scale, ignore_index, label_smoothing, z_loss})
 
+// A variant for a measurement (bench/sweeps/fast_configs.py --claim block-occupancy):
+// -DA07_BLOCK_MIN_THREADS=2048 holds the 16-bit block instances of two vectors a thread to 2048
+// threads an SM (32 registers). The 16-bit scale-mask rows stream closer to the copy that way,
+// but several instances then spill (NVRTC's report), so the shipped build leaves ptxas its choice.
+// CUDA only: HIP's second launch bound means something else.
+#ifndef A07_BLOCK_MIN_THREADS
+#define A07_BLOCK_MIN_THREADS 0
+#endif
+#if A07_HIP_BUILD
+#define A07_BLOCK_MIN_BLOCKS(T, VECS, MAX_THREADS) 0
+#else
+#define A07_BLOCK_MIN_BLOCKS(T, VECS, MAX_THREADS) (sizeof(T) == 2 && (VECS) <= 2 ? A07_BLOCK_MIN_THREADS / (MAX_THREADS) : 0)
+#endif
 #define A07_WARP_KERNEL(NAME, PARAMS, OP)                                                              \
   template <class T, int VECS, int GROUP, int ROWS, bool ALIGNED>                                      \
   __global__ void __launch_bounds__(A07_FAST_WARP_THREADS)                                             \
@@ -760,7 +820,7 @@ __device__ __forceinline__ void twopass_row(const T* __restrict__ x, T* __restri
   }
 #define A07_BLOCK_KERNEL(NAME, PARAMS, OP)                                                             \
   template <class T, int VECS, int MAX_THREADS, bool ALIGNED>                                          \
-  __global__ void __launch_bounds__(MAX_THREADS)                                                       \
+  __global__ void __launch_bounds__(MAX_THREADS, A07_BLOCK_MIN_BLOCKS(T, VECS, MAX_THREADS))               \
       NAME(const T* __restrict__ x, T* __restrict__ y, int rows, int cols A07_UNPAREN PARAMS) {        \
     block_row<T, VECS, ALIGNED>(x, y, cols, OP);                                                       \
   }
@@ -794,3 +854,11 @@ A07_ROW_KERNELS(scale_mask_softmax_fast, A07_SCALE_MASK_PARAMS, A07_SCALE_MASK_O
 A07_ROW_KERNELS(cross_entropy_fast, A07_CROSS_ENTROPY_PARAMS, A07_CROSS_ENTROPY_OP(true))
 // the loss alone: the logits read once, nothing written but one float a row (y is not touched)
 A07_ROW_KERNELS(cross_entropy_loss_fast, A07_CROSS_ENTROPY_PARAMS, A07_CROSS_ENTROPY_OP(false))
+
+// The control for "faster than the copy": a device-to-device copy of n 16-byte vectors whose loads
+// carry the same L2 hint as the kernels above (load16_if). The benchmark times it beside the plain
+// copy (a07_softmax/bench.py, copy_hinted_GBps in bench.json).
+extern "C" __global__ void copy_hinted(const uint4* __restrict__ x, uint4* __restrict__ y, long long n) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    y[i] = load16_if(x + i, true, 0u);
+}

@@ -131,6 +131,46 @@ def test_bad_arguments_are_refused():
         CE.cross_entropy(x, torch.tensor([0, 1], device=DEVICE))
 
 
+@pytest.mark.parametrize("mode", ["loss", "autograd", "inplace"])
+@pytest.mark.parametrize("bad", [10, -1, 2**40])
+def test_a_target_outside_the_vocabulary_is_refused_whatever_runs(mode, bad):
+    """The verdict on the targets arrives after the launch (no synchronisation before it), but
+    always before anything is returned; in place it comes first, so the logits survive."""
+    x = torch.randn(3, 10, device=DEVICE)
+    leaf = x.clone().requires_grad_(mode != "loss")
+    src = leaf * 1 if mode == "inplace" else leaf
+    before = src.detach().clone()
+    with pytest.raises(ValueError, match=rf"target\[1\] = {bad} is outside \[0, vocab = 10\)"):
+        CE.cross_entropy(src, torch.tensor([0, bad, 9], device=DEVICE), inplace=mode == "inplace")
+    assert torch.equal(src.detach(), before), "a refused call changed the logits"
+
+
+def _unchecked_bad_target(backend=None):
+    """check_targets=False: no error, and the bad row (a target of 10, one of 2^32: 0 in 32 bits)
+    is NaN in loss and gradient while every other row keeps its right value."""
+    rng = np.random.default_rng(5)
+    x = _logits(rng, 4, 10)
+    t = np.array([3, 10, 2**32, 9])
+    leaf = torch.tensor(x, dtype=torch.float32, device=DEVICE, requires_grad=True)
+    loss = CE.cross_entropy(leaf, torch.tensor(t, device=DEVICE), reduction="none", check_targets=False,
+                            backend=backend)
+    loss.sum().backward()
+    got_loss, got_grad = loss.detach().cpu().numpy(), leaf.grad.cpu().numpy()
+    assert np.isnan(got_loss[1:3]).all() and np.isnan(got_grad[1:3]).all(), "an out-of-range target must give NaN"
+    ref_loss, ref_grad = CE.reference(x[[0, 3]], t[[0, 3]], reduction="none")
+    assert np.allclose(got_loss[[0, 3]], ref_loss, rtol=1e-5) and np.allclose(got_grad[[0, 3]], ref_grad, atol=1e-6)
+
+
+def test_unchecked_targets_give_nan_rows_not_errors():
+    _unchecked_bad_target()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", CE.BACKENDS)
+def test_unchecked_targets_give_nan_rows_not_errors_on_the_gpu(backend):
+    _unchecked_bad_target(backend)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", CE.BACKENDS)
 @pytest.mark.parametrize("vocab", [32768, 50257, 131072, 262144])

@@ -84,6 +84,24 @@ def test_scale_mask_softmax_matches_float64_on_the_cpu(rng, dtype, cols, name, c
         assert got[2, 0] == 1.0
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cols", [33, 1000, 3001])
+@pytest.mark.parametrize("scale", [2.5, 1.0, 0.0, -0.7])
+def test_scale_mask_softmax_every_sign_of_scale(rng, dtype, cols, scale):
+    """A positive scale goes into the exp (softmax(x * s) = exp((x - max x) * s) / sum); zero and
+    negative ones cannot (the max would become a min, and a masked -inf times 0 is NaN) and are
+    applied element by element. Causal + window rows cut vectors at both ends of their span."""
+    q_len, rows = 6, 18
+    x = rng.normal(0, 6, size=(rows, cols))
+    keep = _visible(rows, cols, q_len, True, 4, None)
+    x = np.where(keep, x, np.nan)
+    got = fast.scale_mask_softmax_on_cpu(x, scale, dtype, causal=True, window=4, q_len=q_len)
+    _check(got, _expected(_rounded(x, dtype), scale, keep), dtype, f"scale {scale}, {cols} columns, {dtype}")
+    full = fast.scale_mask_softmax_on_cpu(np.nan_to_num(x), scale, dtype)      # no mask: every vector whole
+    _check(full, _expected(_rounded(np.nan_to_num(x), dtype), scale, np.ones_like(keep, bool)), dtype,
+           f"scale {scale}, no mask, {cols} columns, {dtype}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_scale_mask_softmax_over_the_whole_finite_range(rng, dtype):
     """Scores up to the dtype's largest magnitude, scaled by 1: the exp must not overflow anywhere,
@@ -266,15 +284,16 @@ def test_scale_mask_softmax_on_the_gpu(rng, dtype, cols):
     x = rng.normal(0, 6, size=(rows, cols))
     vl = rng.integers(0, cols + 1, size=rows).astype(np.int32)
     vl[1], vl[2] = 0, 1
-    for causal, window, lens in ((True, 0, None), (True, 5, vl), (False, 0, vl), (False, 0, None)):
+    for causal, window, lens, scale in ((True, 0, None, 0.3), (True, 5, vl, 0.3), (False, 0, vl, 0.3),
+                                        (False, 0, None, 0.3), (True, 5, None, -0.7), (True, 0, vl, 0.0)):
         keep = _visible(rows, cols, q_len, causal, window, lens)
         xt = torch.tensor(np.where(keep, x, np.nan)).to(getattr(torch, dtype)).cuda()
         out = torch.full_like(xt, float("nan"))
-        fast.scale_mask_softmax(xt, 0.3, causal=causal, window=window, q_len=q_len, out=out,
+        fast.scale_mask_softmax(xt, scale, causal=causal, window=window, q_len=q_len, out=out,
                                 valid_len=None if lens is None else torch.tensor(lens).cuda())
-        ref = _expected(xt.double().cpu().numpy(), 0.3, keep)
+        ref = _expected(xt.double().cpu().numpy(), scale, keep)
         plan = fast.plan(cols, dtype, rows, op="scale_mask_softmax")
-        _check(out.float().cpu().numpy(), ref, dtype, f"{plan.describe()} causal={causal} window={window}")
+        _check(out.float().cpu().numpy(), ref, dtype, f"{plan.describe()} causal={causal} window={window} scale={scale}")
 
 
 @pytest.mark.gpu

@@ -38,7 +38,16 @@ CLAIMS = {
                            [("bfloat16", [32768], ["", "strategy=cluster cluster=2 vecs=8 threads=256 min_blocks=3"]),
                             ("bfloat16", [131072], ["", "strategy=cluster cluster=16 vecs=8 threads=128 min_blocks=7"]),
                             ("bfloat16", [262144], ["", "strategy=cluster cluster=8 vecs=16 threads=256 min_blocks=2"])]),
+    "exp-form": ("exp(x - m) with the subtraction first (no overflow at the dtype's largest values) against the "
+                 "one-FFMA form 2^(x log2 e - m log2 e) it replaced",
+                 [("float32", [1024, 16384, 262144], ["", "-DA07_EXP_FFMA=1"]),
+                  ("bfloat16", [1024, 4096, 16384], ["", "-DA07_EXP_FFMA=1"])]),
+    "block-occupancy": ("16-bit scale-mask rows in blocks of two vectors a thread: the compiler's registers "
+                        "against 2048 threads an SM (32 registers, with a small spill)",
+                        [("bfloat16", [2048, 4096, 8192], ["", "-DA07_BLOCK_MIN_THREADS=2048"], "scale_mask"),
+                         ("bfloat16", [4096], ["", "-DA07_BLOCK_MIN_THREADS=2048"])]),
 }
+SCALE = 0.08838834764831843  # 1 / sqrt(128), the scale of bench/scale_mask.py
 
 
 def parse_config(text: str):
@@ -53,8 +62,9 @@ def parse_config(text: str):
     return overrides, tuple(defines)
 
 
-def measure(dtype: str, cols: int, configs, rounds: int):
-    """[(config, plan description, median ms, % of copy, rounds ms, max rel err)] and the copy's GB/s."""
+def measure(dtype: str, cols: int, configs, rounds: int, op: str = "softmax"):
+    """[(config, plan description, median ms, % of copy, rounds ms, max rel err)] and the copy's GB/s.
+    op: "softmax", or "scale_mask" (fast.scale_mask_softmax(x, SCALE), no mask)."""
     import numpy as np
     import torch
 
@@ -64,14 +74,18 @@ def measure(dtype: str, cols: int, configs, rounds: int):
     rows = bench.TOTAL // cols
     x = (torch.randn(rows, cols, device="cuda") * 4).to(getattr(torch, dtype))
     out = torch.empty_like(x)
-    ref = torch.softmax(x.double(), -1)
+    ref = torch.softmax(x.double() * (SCALE if op == "scale_mask" else 1.0), -1)
     dst = torch.empty_like(x)
     fns, described, errs = {"copy": lambda: dst.copy_(x)}, {}, {}
     for cfg in configs:
         overrides, defines = parse_config(cfg)
         plan_args = {k: v for k, v in overrides.items() if k != "resident"}
-        described[cfg] = fast.plan(cols, dtype, rows, **plan_args).describe()
-        fn = (lambda o=overrides, d=defines: fast.softmax(x, out=out, defines=d, **o))
+        described[cfg] = fast.plan(cols, dtype, rows, op="softmax" if op == "softmax" else "scale_mask_softmax",
+                                   **plan_args).describe()
+        if op == "softmax":
+            fn = (lambda o=overrides, d=defines: fast.softmax(x, out=out, defines=d, **o))
+        else:
+            fn = (lambda o=overrides, d=defines: fast.scale_mask_softmax(x, SCALE, out=out, defines=d, **o))
         errs[cfg] = b.check(fn, out, ref)
         fns[cfg or "table"] = fn
     times = bench.interleaved(fns, rounds, b.time)
@@ -89,10 +103,10 @@ def measure(dtype: str, cols: int, configs, rounds: int):
 
 
 def run(sweeps, rounds: int, print_=print):
-    for dtype, cols_list, configs in sweeps:
+    for dtype, cols_list, configs, *op in sweeps:
         for cols in cols_list:
-            result, copy = measure(dtype, cols, configs, rounds)
-            print_(f"\n{dtype} {cols} columns (copy {copy:.0f} GB/s)")
+            result, copy = measure(dtype, cols, configs, rounds, *op)
+            print_(f"\n{dtype} {cols} columns{' (' + op[0] + ')' if op else ''} (copy {copy:.0f} GB/s)")
             for cfg, desc, ms, pct, t, err, ok in result:
                 spread = 100 * (max(t) - min(t)) / ms
                 print_(f"  {pct:6.1f} % of copy  {ms:8.4f} ms (rounds spread {spread:4.2f} %)  "
