@@ -344,7 +344,9 @@ def attention_cuda_report(d: dict) -> str:
 # ------------------------------------------------------------------------------------------------
 # The fused cross-entropy (bench/cross_entropy.py -> results/<gpu>/cross_entropy.json)
 # ------------------------------------------------------------------------------------------------
-CROSS_ENTROPY_IMPLS = {"a07.fast.cross_entropy": "course (CUDA)", "a07.cross_entropy": "course (Triton)",
+CROSS_ENTROPY_IMPLS = {"a07.fast.cross_entropy": "course (CUDA)",
+                       "a07.fast.cross_entropy[unchecked]": "course (CUDA), check_targets=False",
+                       "a07.cross_entropy": "course (Triton)",
                        "F.cross_entropy": "eager PyTorch",
                        "torch.compile(F.cross_entropy)": "torch.compile", "liger.LigerCrossEntropyLoss": "Liger"}
 

@@ -223,7 +223,7 @@ def test_docs_performance_quotes_the_committed_sweep():
 def test_notebook_09_reading_of_the_run_holds():
     """Notebook 09 reads the committed run in words (fp32 at the copy rate everywhere, bf16 at 95 % or
     more everywhere with the longest rows lowest, ahead of both peers at every length, ties within
-    the spread only at short fp32 rows); those words must stay true of bench.json."""
+    the spread only at fp32 rows up to 4096); those words must stay true of bench.json."""
     import json
 
     from a07_softmax.paths import ROOT
@@ -233,7 +233,7 @@ def test_notebook_09_reading_of_the_run_holds():
     assert "the copy rate at every length in fp32, and at 95 % of copy or more at every length in bf16" in text
     assert "the longest rows sit lowest" in text
     assert "ahead of both peers at every length, tied with one of them within the spread of the rounds " \
-        "at a few short fp32 rows" in text
+        "at fp32 rows up to 4096" in text
     d = results.load_bench("nvidia-h200")
     assert all(pct >= 99 for _, pct, _, _ in results.fast_scorecard(d, "float32").values())
     bf16 = {cols: pct for cols, (_, pct, _, _) in results.fast_scorecard(d, "bfloat16").items()}
@@ -245,7 +245,7 @@ def test_notebook_09_reading_of_the_run_holds():
             assert m > 0, (dtype, cols)
             if tie:
                 ties.append((dtype, cols))
-    assert ties and all(dt == "float32" and cols <= 1024 for dt, cols in ties), ties
+    assert ties and all(dt == "float32" and cols <= 4096 for dt, cols in ties), ties
 
 
 def test_the_dram_bytes_say_what_notebooks_04_and_07_read_from_them():
@@ -302,7 +302,8 @@ def test_notebook_10_reading_of_the_attention_run_holds():
     assert all(r["tflops"] >= 0.8 * r["flash"] for r in long)
     assert all(r["tflops"] > r["flash"] for r in long if r["head_dim"] == 64)
     assert all(r["cudnn"] > max(r["tflops"], r["flash"]) for r in rows)
-    assert all(r["causal_speedup"] >= 1.8 for r in long if r["causal"])
+    least = min(r["causal_speedup"] for r in long if r["causal"])
+    assert least >= 1.75
     full = [r for r in rows if not r["causal"]]
     assert all(r["naive_bound_ms"] / r["naive_ms"] >= 0.75 for r in full)       # near its byte bound
     assert all(r["fused_bound_ms"] / r["ms"] <= 0.25 for r in rows)             # far from it
@@ -314,7 +315,8 @@ def test_notebook_10_reading_of_the_attention_run_holds():
     cells = json.loads((ROOT / "notebooks" / "10_attention.ipynb").read_text())["cells"]
     text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
     assert f"moves {min(ratios):.0f} to {max(ratios):.0f} times more bytes" in text
-    assert "runs at 80 % of the flash backend or more" in text and "at least 1.8 times faster" in text
+    assert "runs at 80 % of the flash backend or more" in text and "about 1.8 times faster" in text
+    assert f"({least:.2f} at the least, head dim 64, S = 4096)" in text
 
 
 def test_notebook_10_reading_of_the_cuda_kernel_holds():
@@ -349,16 +351,25 @@ def test_docs_performance_quotes_the_attention_and_cross_entropy_runs():
     assert f"Causal runs {span([r['causal_speedup'] for r in rows if r['causal'] and r['seq'] >= 4096], '.2f')} times" in doc
     ce = json.loads((results.RESULTS / "nvidia-h200" / "cross_entropy.json").read_text())
     names = {"the course's CUDA kernel (fast family)": "a07.fast.cross_entropy",
+             "the same, `check_targets=False`": "a07.fast.cross_entropy[unchecked]",
              "the course's Triton twin": "a07.cross_entropy",
              "`torch.compile(F.cross_entropy)`, compiled per shape": "torch.compile(F.cross_entropy)",
              "Liger's `LigerCrossEntropyLoss`": "liger.LigerCrossEntropyLoss", "eager `F.cross_entropy`": "F.cross_entropy"}
     lg = {(r["impl"], r["dtype"], r["vocab"]): r["ms"] for r in ce["runs"] if r["mode"] == "loss+grad" and r["vocab"] != 50257}
-    fast = {k[1:]: ms for k, ms in lg.items() if k[0] == "a07.fast.cross_entropy"}
+    fast = {k[1:]: ms for k, ms in lg.items() if k[0] == "a07.fast.cross_entropy[unchecked]"}
     twin = [lg[("a07.cross_entropy", *k)] / ms for k, ms in fast.items()]
     comp = {dt: [lg[("torch.compile(F.cross_entropy)", d_, v)] / ms for (d_, v), ms in fast.items() if d_ == dt]
             for dt in ("bfloat16", "float32")}
+    liger = [lg[("liger.LigerCrossEntropyLoss", *k)] / ms for k, ms in fast.items()]
     assert f"{min(twin):.1f}-{max(twin):.1f} times the twin, {min(comp['bfloat16']):.1f}-{max(comp['bfloat16']):.1f} " \
-        f"times `torch.compile` in bf16 and {min(comp['float32']):.1f}-{max(comp['float32']):.1f} in fp32" in doc
+        f"times `torch.compile` in bf16 and {min(comp['float32']):.1f}-{max(comp['float32']):.1f} in fp32, " \
+        f"{min(liger):.1f}-{max(liger):.1f} times Liger" in doc
+    met = sorted((dt, v) for (dt, v), ms in fast.items()
+                 if next(r for r in ce["runs"] if r["impl"] == "a07.fast.cross_entropy[unchecked]" and r["dtype"] == dt
+                         and r["vocab"] == v and r["mode"] == "loss+grad")["GBps"] >= 0.9 * ce["copy_GBps"])
+    assert met == [("bfloat16", 32768), ("bfloat16", 262144), ("float32", 32768), ("float32", 128256),
+                   ("float32", 131072)] and "The issue's 90 % is met for loss + grad at 32768, 128256 and 131072 " \
+        "in fp32 and at 32768 and 262144 in bf16" in doc
     if not any(r["impl"] == names["Liger's `LigerCrossEntropyLoss`"] for r in ce["runs"]):
         assert "Liger's wheel did not install on the GPU machine for this run" in doc
         del names["Liger's `LigerCrossEntropyLoss`"]
@@ -411,8 +422,8 @@ def test_time_against_dram_reading_holds():
 
 def test_notebook_08_reading_of_the_cross_entropy_run_holds():
     """Notebook 08: both course kernels beat eager PyTorch in time and memory at the aligned
-    vocabularies; the CUDA kernel is the fastest there, about 1.5 times the Triton twin, and stays
-    near 60 % of copy (below 70 % everywhere) while the fast softmax runs at the copy rate."""
+    vocabularies; the CUDA kernel without the host's wait for the target test is the fastest there,
+    about twice the Triton twin; its spans of % of copy, with and without that wait, as printed."""
     import json
 
     from a07_softmax.paths import ROOT
@@ -427,14 +438,18 @@ def test_notebook_08_reading_of_the_cross_entropy_run_holds():
             r = by[(impl, dtype, vocab)]
             assert r["ms"] < eager["ms"] and r["peak_extra_bytes"] < eager["peak_extra_bytes"], (impl, dtype, vocab)
         fastest = min((r for k, r in by.items() if k[1:] == (dtype, vocab)), key=lambda r: r["ms"])
-        assert fastest["impl"] == "a07.fast.cross_entropy", (dtype, vocab, fastest["impl"])
+        assert fastest["impl"].startswith("a07.fast.cross_entropy"), (dtype, vocab, fastest["impl"])
         ratio = by[("a07.cross_entropy", dtype, vocab)]["ms"] / fastest["ms"]
-        assert 1.3 < ratio < 1.8, (dtype, vocab, ratio)
-        assert 0.5 < fastest["GBps"] / d["copy_GBps"] < 0.7, (dtype, vocab)
+        assert 1.5 < ratio < 2.5, (dtype, vocab, ratio)
+    def span(impl):
+        v = [100 * r["GBps"] / d["copy_GBps"] for (i, dt, vocab), r in by.items() if i == impl and vocab != 50257]
+        return f"{min(v):.0f}-{max(v):.0f} %"
     cells = json.loads((ROOT / "notebooks" / "08_log_softmax_cross_entropy.ipynb").read_text())["cells"]
     text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
-    assert "the CUDA kernel is the fastest here at the aligned vocabularies, about one and a half times the " \
-        "Triton twin" in text and "it stays near 60 % of the copy rate" in text
+    assert "the CUDA kernel is the fastest here at the aligned vocabularies, about twice the Triton twin" in text
+    assert f"at {span('a07.fast.cross_entropy[unchecked]')} of the copy rate for loss + gradient. That is the call " \
+        "with `check_targets=False`" in text
+    assert f"the same kernel then shows {span('a07.fast.cross_entropy')}" in text
     liger = any(r["impl"].startswith("liger") for r in d["runs"])
     assert liger != ("was not in this run" in text), "notebook 08 must say whether Liger was in the run"
 
