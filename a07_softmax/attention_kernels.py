@@ -15,11 +15,15 @@ def _mm(a, b, IEEE: tl.constexpr):
 
 @triton.jit
 def _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i, l_i, acc, qk_scale,
-            MASKED: tl.constexpr, CAUSAL: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+            MASKED: tl.constexpr, CAUSAL: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+            FOLD: tl.constexpr):
     """One key tile folded into the running (m, l, o) of BLOCK_M query rows: the online recurrence
     of notebook 03 with a weighted numerator. Scores are kept in log2 units (qk_scale holds
     log2(e)), so every exp is one exp2. MASKED tiles (the diagonal tile, the tail past n_keys)
-    mask element by element; the others are wholly visible and skip it."""
+    mask element by element; the others are wholly visible and skip it.
+    FOLD (a positive scale): max(s * c) = max(s) * c for c > 0, so the tile's max is taken on the raw
+    products and the scale joins the exponent, s * c - m: one fused multiply-add per score instead of
+    a multiply and a subtract. A negative scale turns the max into a min, so it multiplies first."""
     cols = start + offs_n
     if MASKED:
         kv_mask = cols[:, None] < n_keys
@@ -31,13 +35,18 @@ def _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i,
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
-    s = _mm(q, tl.trans(k), IEEE) * qk_scale
+    s = _mm(q, tl.trans(k), IEEE)
+    if not FOLD:
+        s = s * qk_scale
     if MASKED:
         keep = cols[None, :] < n_keys
         if CAUSAL:
             keep = keep & (cols[None, :] <= offs_m[:, None])
         s = tl.where(keep, s, -float("inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if FOLD:
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    else:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
     # the -inf guard: a row with nothing visible yet keeps m = -inf; measure against 0 instead,
     # so that no -inf - -inf is formed (its exps are 0 and l, o stay 0). With causal masks and
     # right padding every processed tile shows a row at least key 0, so the guard only matters
@@ -45,7 +54,10 @@ def _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i,
     # that adding one cannot bring the NaN back.
     m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
     alpha = tl.math.exp2(m_i - m_ref)
-    p = tl.math.exp2(s - m_ref[:, None])
+    if FOLD:
+        p = tl.math.exp2(s * qk_scale - m_ref[:, None])
+    else:
+        p = tl.math.exp2(s - m_ref[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + _mm(p.to(v.dtype), v, IEEE)  # o rescaled like l
     return m_new, l_i, acc
@@ -56,8 +68,14 @@ def attention_fwd_kernel(Q, K, V, O, KV_LEN, seq, sm_scale, heads,
                          stride_b, stride_h, stride_s,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr, HAS_KV_LEN: tl.constexpr, IEEE: tl.constexpr,
-                         UPCAST: tl.constexpr):
+                         UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, FOLD: tl.constexpr):
+    # HEAVY_FIRST (causal): programs start in launch order, and a causal tile's work grows with its
+    # row index, so the last tiles of a head are the longest. Taken in reverse, the longest start
+    # first and the grid ends on short ones, which fill the last wave instead of leaving SMs idle
+    # behind one long tile (FlashAttention-2 orders its causal blocks the same way).
     pid_m = tl.program_id(0)
+    if HEAVY_FIRST:
+        pid_m = tl.num_programs(0) - 1 - pid_m
     bh = tl.program_id(1)
     b = bh // heads
     h = bh % heads
@@ -86,10 +104,10 @@ def attention_fwd_kernel(Q, K, V, O, KV_LEN, seq, sm_scale, heads,
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     for start in tl.range(0, full, BLOCK_N):
         m_i, l_i, acc = _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i, l_i, acc,
-                                qk_scale, False, CAUSAL, IEEE, UPCAST)
+                                qk_scale, False, CAUSAL, IEEE, UPCAST, FOLD)
     for start in tl.range(full, hi, BLOCK_N):
         m_i, l_i, acc = _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i, l_i, acc,
-                                qk_scale, True, CAUSAL, IEEE, UPCAST)
+                                qk_scale, True, CAUSAL, IEEE, UPCAST, FOLD)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]          # no visible key: zeros
     tl.store(O + base + offs_m[:, None] * stride_s + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=offs_m[:, None] < seq)

@@ -4,11 +4,13 @@
   results/<gpu>/run-cuda.txt         the output of `make run-cuda`, headed with provenance
   results/<gpu>/sweeps.txt           bench/sweeps/fast_configs.py --all (the strategy table's evidence)
   results/<gpu>/sweeps_row_grid.txt  bench/sweeps/lab_row_grid.py
+  results/<gpu>/sweeps_attention.txt bench/sweeps/attention_configs.py (Lab 4's tiles, order and exp form)
   results/<gpu>/sanitizer.txt        bench/sanitize.py (compute-sanitizer over every kernel)
   results/<gpu>/traffic.txt          bench/traffic.py (DRAM bytes under Nsight Compute)
   results/<gpu>/attention.json       bench/attention.py (Lab 4 against SDPA)
   results/<gpu>/cross_entropy.json   bench/cross_entropy.py (against eager, torch.compile, Liger)
   results/<gpu>/scale_mask.json      bench/scale_mask.py (fused scale + mask + softmax against its peers)
+  results/<gpu>/backward.json        bench/backward.py (softmax / log_softmax backward against their peers)
   notebooks/*.ipynb                  re-executed on the CPU (the GPU hidden), as `make notebooks` does
   results/<gpu>/notebooks.txt        every notebook executed under nbval on this GPU: passed/failed
 
@@ -74,7 +76,8 @@ def notebooks(out: Path) -> int:
         if p.returncode:
             lines.append("    " + "\n    ".join(p.stdout.splitlines()[-25:]))
     text = provenance.header("every notebook executed under nbval on this GPU",
-                             provenance.ATTENTION_SOURCES + provenance.CROSS_ENTROPY_SOURCES) + "\n" + "\n".join(lines) + "\n"
+                             provenance.ATTENTION_SOURCES + provenance.CROSS_ENTROPY_SOURCES
+                             + provenance.BACKWARD_SOURCES) + "\n" + "\n".join(lines) + "\n"
     out.write_text(text)
     print(text)
     return status
@@ -84,11 +87,13 @@ def notebooks(out: Path) -> int:
 SCRIPTS = {
     "sweeps": ("sweeps.txt", ["bench/sweeps/fast_configs.py", "--all"]),
     "row-grid": ("sweeps_row_grid.txt", ["bench/sweeps/lab_row_grid.py"]),
+    "attention-configs": ("sweeps_attention.txt", ["bench/sweeps/attention_configs.py"]),
     "sanitizer": ("sanitizer.txt", ["bench/sanitize.py"]),
     "traffic": ("traffic.txt", ["bench/traffic.py"]),
     "attention": ("attention.json", ["bench/attention.py"]),
     "cross-entropy": ("cross_entropy.json", ["bench/cross_entropy.py"]),
     "scale-mask": ("scale_mask.json", ["bench/scale_mask.py"]),
+    "backward": ("backward.json", ["bench/backward.py"]),
 }
 STEPS = ("bench", "run-cuda", *SCRIPTS, "refresh", "notebooks")
 # every committed result file, and the step that writes it (tests/test_results.py holds the folder to it)

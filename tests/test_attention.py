@@ -58,6 +58,23 @@ def test_every_tile_moves_the_max(rng, causal):
     _check(rng, 1, 2, 64, 16, torch.float32, causal, None, DEVICE, rising=True, block_m=16, block_n=16)
 
 
+@pytest.mark.parametrize("scale", [2.5, -0.7, 0.0])
+def test_every_sign_of_scale(rng, scale):
+    """A positive scale is folded into the exponent (the max taken on raw products); a negative one
+    turns the max into a min and must not be, and a zero one makes every visible key equal."""
+    for causal in (False, True):
+        q, k, v = _case(rng, 2, 1, 37, 16, torch.float32, DEVICE)
+        kv = [0, 29]
+        out = torch.full_like(q, float("nan"))
+        A.flash_attention(q, k, v, causal=causal, kv_len=torch.tensor(kv, dtype=torch.int32, device=DEVICE),
+                          scale=scale, out=out)
+        ref = A.reference(*(t.double().cpu().numpy() for t in (q, k, v)), causal=causal, kv_len=kv, scale=scale)
+        assert _err(out, ref) <= accuracy.tolerance(torch.float32), \
+            (f"scale {scale} causal={causal}: the softmax of scale * q k^T is wrong (a max taken before a "
+             f"negative scale is a min)", _err(out, ref))
+        assert not out[0].any(), f"scale {scale}: a row that sees no key must be zeros"
+
+
 def test_head_dim_64_and_tails(rng):
     _check(rng, 1, 1, 70, 64, torch.float16, True, [45], DEVICE)
 

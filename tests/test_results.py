@@ -39,7 +39,7 @@ def test_every_timed_output_was_checked_and_the_course_kernels_passed(gpu):
 
 
 @pytest.mark.parametrize("name", ["run-cuda.txt", "notebooks.txt", "sweeps.txt", "sweeps_row_grid.txt", "sanitizer.txt",
-                                  "traffic.txt"])
+                                  "traffic.txt", "sweeps_attention.txt"])
 def test_committed_run_logs_name_gpu_date_versions_and_fresh_sources(name):
     p = results.RESULTS / "nvidia-h200" / name
     if name == "notebooks.txt" and not p.exists():
@@ -276,18 +276,24 @@ def test_the_dram_bytes_say_what_notebooks_04_and_07_read_from_them():
         assert "every kernel costs one read from DRAM" in text or "every Lab 1 kernel reads the tensor from DRAM once" in text
 
 
-@pytest.mark.parametrize("name", ["attention.json", "cross_entropy.json"])
-def test_lab4_and_cross_entropy_runs_are_fresh_and_checked(name):
-    """The attention and cross-entropy benchmarks record GPU, date, versions and the hashes of the
-    sources they ran (their own kernels included); every output they timed was checked."""
+KERNEL_OF_RUN = {"attention.json": "a07_softmax/attention_kernels.py",
+                 "cross_entropy.json": "a07_softmax/cross_entropy_kernels.py",
+                 "backward.json": "a07_softmax/triton_backward.py"}
+
+
+@pytest.mark.parametrize("name", sorted(KERNEL_OF_RUN))
+def test_lab4_cross_entropy_and_backward_runs_are_fresh_and_checked(name):
+    """The attention, cross-entropy and backward benchmarks record GPU, date, versions and the hashes
+    of the sources they ran (their own kernels included); every output they timed was checked."""
     import json
 
     d = json.loads((results.RESULTS / "nvidia-h200" / name).read_text())
     assert d["gpu"] == "NVIDIA H200" and d["date"] and d["versions"]["torch"]
-    kernel = "a07_softmax/attention_kernels.py" if name == "attention.json" else "a07_softmax/cross_entropy_kernels.py"
+    kernel = KERNEL_OF_RUN[name]
     assert kernel in d["sources_sha256"], "the run did not record its own kernel's source"
     assert not provenance.stale_sources(d["sources_sha256"]), provenance.stale_sources(d["sources_sha256"])
-    bad = [(r["impl"], r.get("seq", r.get("vocab")), r["max_rel_err"]) for r in d["runs"] if not r["max_rel_err"] < 2e-2]
+    bad = [(r["impl"], r.get("seq", r.get("vocab", r.get("cols"))), r["max_rel_err"]) for r in d["runs"]
+           if not r["max_rel_err"] < 2e-2]
     assert not bad, bad
 
 

@@ -1,0 +1,103 @@
+"""Repeat the measurement behind Lab 4's launch choices (a07_softmax.attention.flash_attention): tile
+shape and warps, the heavy-first order of causal tiles, and the positive scale folded into the exp.
+bf16, the benchmark's shapes (16384 tokens, 2048 / head_dim heads), every configuration timed in
+interleaved rounds (medians of CUDA events) after its output is checked against float64 attention of
+the first head. Causal speedup = the same configuration's non-causal time / its causal time.
+
+  python bench/sweeps/attention_configs.py [--seqs 4096 8192] [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+# (BLOCK_M, BLOCK_N, num_warps, num_stages); the first is the committed choice
+CONFIGS = ((128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (64, 64, 8, 3), (128, 32, 8, 3), (128, 128, 8, 3))
+# (HEAVY_FIRST for causal, FOLD): the committed choice first, then each switch off
+VARIANTS = ((True, True), (False, True), (True, False))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seqs", type=int, nargs="*", default=(2048, 4096, 8192))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    import numpy as np
+    import torch
+    import triton
+    from triton.testing import do_bench
+
+    from a07_softmax import accuracy, bench, provenance
+    from a07_softmax.attention_kernels import attention_fwd_kernel
+
+    def time(fn):
+        return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+    lines = []
+    for d in (64, 128):
+        heads = 2048 // d
+        for s in args.seqs:
+            batch = max(1, 16384 // s)
+            g = torch.Generator(device="cuda").manual_seed(s + d)
+            q, k, v = (torch.randn(batch, heads, s, d, device="cuda", generator=g, dtype=torch.bfloat16)
+                       for _ in range(3))
+            out = torch.empty_like(q)
+            launches, refs = {}, {}
+            for causal in (False, True):
+                q64, k64, v64 = (t[:1, :1].double() for t in (q, k, v))
+                s64 = q64 @ k64.transpose(-1, -2) / math.sqrt(d)
+                if causal:
+                    s64.masked_fill_(torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
+                refs[causal] = torch.softmax(s64, -1) @ v64
+                for cfg in CONFIGS:
+                    for heavy, fold in VARIANTS if cfg == CONFIGS[0] else VARIANTS[:1]:
+                        if heavy != VARIANTS[0][0] and not causal:
+                            continue  # the order only matters when tiles differ in work
+                        bm, bn, warps, stages = cfg
+
+                        def fn(causal=causal, bm=bm, bn=bn, warps=warps, stages=stages, heavy=heavy, fold=fold):
+                            attention_fwd_kernel[(triton.cdiv(s, bm), batch * heads)](
+                                q, k, v, out, q, s, 1 / math.sqrt(d), heads, q.stride(0), q.stride(1), q.stride(2),
+                                HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, HAS_KV_LEN=False, IEEE=False,
+                                UPCAST=False, HEAVY_FIRST=causal and heavy, FOLD=fold, num_warps=warps,
+                                num_stages=stages)
+                        launches[(causal, cfg, heavy, fold)] = fn
+            errs = {}
+            for key, fn in launches.items():
+                out.fill_(float("nan"))
+                fn()
+                ref = refs[key[0]]
+                errs[key] = float((out[:1, :1].double() - ref).abs().max() / ref.abs().max())
+            rounds = bench.interleaved(launches, args.rounds, time)
+            ms = {key: float(np.median(t)) for key, t in rounds.items()}
+            lines.append(f"head_dim {d}, S {s}, batch {batch} x {heads} heads, bf16")
+            for key in launches:
+                causal, cfg, heavy, fold = key
+                flops = 4 * batch * heads * s * s * d * (0.5 if causal else 1.0)
+                speedup = f"  causal speedup {ms[(False, cfg, True, fold)] / ms[key]:.2f}" if causal else ""
+                ok = errs[key] <= accuracy.tolerance("bfloat16")
+                lines.append(f"  {'causal' if causal else 'full':<6} BLOCK_M {cfg[0]:>3} BLOCK_N {cfg[1]:>3} warps "
+                             f"{cfg[2]} stages {cfg[3]} heavy_first {int(causal and heavy)} fold {int(fold)}  "
+                             f"{ms[key]:7.3f} ms {flops / ms[key] / 1e9:6.1f} TFLOP/s{speedup}  "
+                             f"err {errs[key]:.1e}{'' if ok else ' FAILED'}")
+            print("\n".join(lines[-len(launches) - 1:]), flush=True)
+            torch.cuda.empty_cache()
+    if args.out:
+        commit = os.environ.get("A07_COMMIT") or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        with open(args.out, "w") as fh:
+            fh.write(provenance.header(f"bench/sweeps/attention_configs.py {' '.join(sys.argv[1:])}",
+                                       provenance.ATTENTION_SOURCES)
+                     + f"# commit: {commit or 'unknown'}\n" + "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
