@@ -8,7 +8,8 @@ Neither needs x: the forward output carries everything (notebook 08 derives both
 a07_softmax.reference holds the float64 versions they are tested against). A fully masked row has
 y = 0 (softmax) and gets dx = 0; for log_softmax, z = -inf there, exp(z) = 0, and dx = dy, which is
 what autograd computes for the same forward output. Same dtypes, row limit and launch layout as
-a07_softmax.triton_softmax (one tile of whole rows per program, statistics in float32).
+a07_softmax.triton_softmax (one tile of whole rows per program, statistics in float32), except
+that rows longer than WHOLE_ROW_MAX_COLS are walked in chunks (see below).
 """
 from __future__ import annotations
 
@@ -19,23 +20,58 @@ import triton.language as tl
 from . import triton_softmax as T
 
 
+# A row of up to WHOLE_ROW_MAX_COLS is held on chip whole: y and dy are read once and dx written
+# once. Longer rows would hold two row-long tensors in registers and spill (at 65536 columns the
+# whole-row kernel ran at a seventh of the copy's bandwidth on the H200, results/nvidia-h200/
+# backward.json at 37f83fb), so they are walked CHUNK_COLS at a time, twice: a first pass for the
+# row's sum, a second for dx. The second pass reads y and dy again, mostly from L2.
+WHOLE_ROW_MAX_COLS = 16384
+CHUNK_COLS = 8192
+
+
+@triton.jit
+def _dx(y, dy, row_sum, LOG: tl.constexpr):
+    if LOG:
+        return dy - tl.exp(y) * row_sum[:, None]
+    return y * (dy - row_sum[:, None])
+
+
 @triton.jit
 def softmax_backward_kernel(dx_ptr, y_ptr, dy_ptr, n_rows, n_cols, y_stride, dy_stride, dx_stride,
-                            BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, LOG: tl.constexpr):
-    cols = tl.arange(0, BLOCK_C)
+                            BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, LOG: tl.constexpr,
+                            CHUNK_C: tl.constexpr):
+    # lanes past the row: y = 0 (softmax) or -inf (log_softmax) and dy = 0 add nothing to a sum
+    fill = -float("inf") if LOG else 0.0
     for r0 in tl.range(tl.program_id(0) * BLOCK_R, n_rows, tl.num_programs(0) * BLOCK_R):
         rows = r0 + tl.arange(0, BLOCK_R)
-        inside = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
         rows64 = rows.to(tl.int64)[:, None]
-        # lanes past the row: y = 0 (softmax) or -inf (log_softmax) and dy = 0 add nothing to a sum
-        y = tl.load(y_ptr + rows64 * y_stride + cols[None, :], mask=inside,
-                    other=-float("inf") if LOG else 0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + rows64 * dy_stride + cols[None, :], mask=inside, other=0.0).to(tl.float32)
-        if LOG:
-            dx = dy - tl.exp(y) * tl.sum(dy, axis=1)[:, None]
-        else:
-            dx = y * (dy - tl.sum(dy * y, axis=1)[:, None])
-        tl.store(dx_ptr + rows64 * dx_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=inside)
+        if CHUNK_C >= BLOCK_C:  # the whole row on chip
+            cols = tl.arange(0, BLOCK_C)
+            inside = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+            y = tl.load(y_ptr + rows64 * y_stride + cols[None, :], mask=inside, other=fill).to(tl.float32)
+            dy = tl.load(dy_ptr + rows64 * dy_stride + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+            # softmax needs <dy, y>, log_softmax sum(dy)
+            row_sum = tl.sum(dy if LOG else dy * y, axis=1)
+            tl.store(dx_ptr + rows64 * dx_stride + cols[None, :], _dx(y, dy, row_sum, LOG).to(dx_ptr.dtype.element_ty),
+                     mask=inside)
+        else:  # two passes over chunks: the sum, then dx
+            row_sum = tl.zeros([BLOCK_R], tl.float32)
+            for c0 in tl.range(0, n_cols, CHUNK_C):
+                cols = c0 + tl.arange(0, CHUNK_C)
+                inside = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+                dy = tl.load(dy_ptr + rows64 * dy_stride + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+                if LOG:
+                    row_sum += tl.sum(dy, axis=1)
+                else:
+                    y = tl.load(y_ptr + rows64 * y_stride + cols[None, :], mask=inside, other=fill).to(tl.float32)
+                    row_sum += tl.sum(dy * y, axis=1)
+            for c0 in tl.range(0, n_cols, CHUNK_C):
+                cols = c0 + tl.arange(0, CHUNK_C)
+                inside = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+                y = tl.load(y_ptr + rows64 * y_stride + cols[None, :], mask=inside, other=fill).to(tl.float32)
+                dy = tl.load(dy_ptr + rows64 * dy_stride + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+                tl.store(dx_ptr + rows64 * dx_stride + cols[None, :],
+                         _dx(y, dy, row_sum, LOG).to(dx_ptr.dtype.element_ty), mask=inside)
 
 
 def _backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None, log: bool) -> torch.Tensor:
@@ -48,7 +84,8 @@ def _backward(y: torch.Tensor, dy: torch.Tensor, out: torch.Tensor | None, log: 
     a, b, n = dy.data_ptr(), out.data_ptr(), dy.numel() * dy.element_size()
     if a != b and a < b + n and b < a + n:
         raise ValueError("out overlaps dy without being it: pass out=dy to work in place, or a separate tensor")
-    grid, meta = T._rows_launch(y, LOG=log)
+    chunk = CHUNK_COLS if y.shape[1] > WHOLE_ROW_MAX_COLS else triton.next_power_of_2(y.shape[1])
+    grid, meta = T._rows_launch(y, LOG=log, CHUNK_C=chunk)
     with T._quiet(), T._on_device_of(y):
         softmax_backward_kernel[grid](out, y, dy, y.shape[0], y.shape[1], y.stride(0), dy.stride(0), out.stride(0),
                                       **meta)

@@ -54,6 +54,24 @@ def test_against_the_closed_form_in_float64(rng, dtype, log, rows, cols):
     assert _err(out, ref) <= _tol(dtype), (dtype, log, rows, cols, _err(out, ref))
 
 
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_walked_in_chunks(rng, monkeypatch, dtype, log):
+    """Rows past WHOLE_ROW_MAX_COLS take the two-pass path (the row's sum over every chunk first,
+    then dx): shrunk here so that the interpreter walks 4 chunks of 32 with a tail of 3, a fully
+    masked row and masked entries included, out of place and in place over dy."""
+    monkeypatch.setattr(B, "WHOLE_ROW_MAX_COLS", 64)
+    monkeypatch.setattr(B, "CHUNK_COLS", 32)
+    y, dy = _forward(rng, 5, 99, log, dtype)
+    ref = (R.log_softmax_backward if log else R.softmax_backward)(*(t.double().cpu().numpy() for t in (y, dy)))
+    out = torch.full_like(y, float("nan"))
+    (B.log_softmax_backward if log else B.softmax_backward)(y, dy, out=out)
+    assert _err(out, ref) <= _tol(dtype), ("a row walked in chunks: the sum must cover every chunk before dx",
+                                           _err(out, ref))
+    (B.log_softmax_backward if log else B.softmax_backward)(y, dy, out=dy)
+    assert torch.equal(dy, out), "in place over dy, the chunked path must give the same dx"
+
+
 def test_fully_masked_rows():
     """softmax: y = 0 gives dx = 0 exactly; log_softmax: z = -inf gives dx = dy (autograd's answer)."""
     dy = torch.tensor([[1.5, -2.0, 3.0]], device=DEVICE)
@@ -94,7 +112,7 @@ def test_bad_input_is_refused_before_a_launch():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("cols", [1000, 4097, 65536])
+@pytest.mark.parametrize("cols", [1000, 4097, 16385, 65536])
 def test_on_the_gpu_at_real_lengths(rng, dtype, cols):
     if DEVICE != "cuda":
         pytest.skip("the GPU tests need a CUDA device for triton")
