@@ -121,6 +121,36 @@ def plot_gbps(d: dict, op: str = "softmax", dtype: str = "float32", impls=None, 
 FAST_PEERS = ("cuda.softmax_fast", "torch.softmax", "triton.softmax")
 
 
+def ceilings(d: dict) -> dict:
+    """The three ceilings of a bench.json, GB/s, defined once for every notebook: the DRAM's
+    theoretical peak (2 x memory clock x bus width, read from the device), a device-to-device copy
+    (torch's, timed in the same run: one read and one write per byte) and the control copy
+    (the course's copy kernel with the fast kernels' L2 hint on its loads). Missing ones are NaN."""
+    nan = float("nan")
+    return {"DRAM peak": d.get("dram_peak_GBps") or nan, "copy": d["copy_GBps"],
+            "copy with the L2 hint": d.get("copy_hinted_GBps") or nan}
+
+
+def ceilings_report(d: dict) -> str:
+    c = ceilings(d)
+    peak = c["DRAM peak"]
+    why = {"DRAM peak": "2 x memory clock x bus width: no kernel moves DRAM bytes faster",
+           "copy": "torch's device-to-device copy, same run: the practical ceiling",
+           "copy with the L2 hint": "the course's copy kernel, loads hinted like the fast kernels: a control"}
+    return "\n".join(f"{name:<22}{gbps:>7.0f} GB/s  {100 * gbps / peak:>4.0f} % of peak   {why[name]}"
+                     for name, gbps in c.items())
+
+
+def against_ceilings(gbps: float, d: dict) -> str:
+    """'x % of copy, y % of DRAM peak', and what a figure above either means."""
+    c = ceilings(d)
+    of_copy, of_peak = 100 * gbps / c["copy"], 100 * gbps / c["DRAM peak"]
+    note = ("above the DRAM peak: part of these bytes came from cache" if of_peak > 100 else
+            "above the copy, below the peak: DRAM could have moved it; only measured bytes say if it did"
+            if of_copy > 100 else "")
+    return f"{of_copy:4.0f} % of copy, {of_peak:4.0f} % of DRAM peak" + (f"  ({note})" if note else "")
+
+
 def fast_scorecard(d: dict, dtype: str):
     """{cols: (fast GB/s, % of copy, best peer name, best peer GB/s)} for the fast softmax."""
     t = table(d, "softmax", dtype, FAST_PEERS)
@@ -349,6 +379,25 @@ CROSS_ENTROPY_IMPLS = {"a07.fast.cross_entropy": "course (CUDA)",
                        "a07.cross_entropy": "course (Triton)",
                        "F.cross_entropy": "eager PyTorch",
                        "torch.compile(F.cross_entropy)": "torch.compile", "liger.LigerCrossEntropyLoss": "Liger"}
+
+
+def load_backward(gpu: str = "nvidia-h200") -> dict:
+    return json.loads((RESULTS / gpu / "backward.json").read_text())
+
+
+def backward_report(d: dict, dtype: str = "float32") -> str:
+    """bench/backward.py: each implementation's rate, counting the three traversals (read y, read dy,
+    write dx), as a fraction of the copy's rate in the same run, per operation and row length."""
+    runs = [r for r in d["runs"] if r["dtype"] == dtype]
+    cols = sorted({r["cols"] for r in runs})
+    impls = ("triton", "eager", "torch.compile")
+    lines = [f"{dtype}: rate (3 traversals / time) over the copy's rate" ,
+             f"{'operation':<22}{'implementation':<15}" + "".join(f"{c:>8}" for c in cols)]
+    for op in ("softmax_backward", "log_softmax_backward"):
+        for impl in impls:
+            by = {r["cols"]: r["vs_copy"] for r in runs if r["op"] == op and r["impl"] == impl}
+            lines.append(f"{op:<22}{impl:<15}" + "".join(f"{by.get(c, float('nan')):>8.2f}" for c in cols))
+    return "\n".join(lines)
 
 
 def load_cross_entropy(gpu: str = "nvidia-h200") -> dict:

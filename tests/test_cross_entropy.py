@@ -189,14 +189,14 @@ def test_backward_skips_rows_whose_factor_is_one_and_scales_the_rest(rng):
     gradient (the scaling kernel returns early there), the others are scaled; nothing else changes."""
     x, t = _logits(rng, 6, 70), _targets(rng, 6, 70)
     upstream = torch.tensor([1.0, 2.5, 1.0, -0.5, 0.0, 1.0], dtype=torch.float32)
-    x_seen, _, grad = _run(x, t, torch.float32, "cpu", reduction="none", upstream=upstream)
+    x_seen, _, grad = _run(x, t, torch.float32, DEVICE, reduction="none", upstream=upstream)
     _, ref = CE.reference(x_seen, t, reduction="none")
     assert _grad_err(grad, ref * upstream.numpy()[:, None].astype(np.float64)) < 1e-6
 
 
 def test_a_second_backward_is_refused():
-    x = torch.randn(3, 10, requires_grad=True)
-    loss = CE.cross_entropy(x, torch.tensor([1, 2, 3]))
+    x = torch.randn(3, 10, device=DEVICE, requires_grad=True)
+    loss = CE.cross_entropy(x, torch.tensor([1, 2, 3], device=DEVICE))
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="twice"):
         loss.backward()

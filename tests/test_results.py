@@ -305,14 +305,13 @@ def test_notebook_10_reading_of_the_attention_run_holds():
 
     rows = results.attention_rows(results.load_attention(), results.load_bench()["copy_GBps"])
     long = [r for r in rows if r["seq"] >= 4096]
-    assert all(r["tflops"] >= 0.8 * r["flash"] for r in long)
-    assert all(r["tflops"] > r["flash"] for r in long if r["head_dim"] == 64)
+    assert all(r["tflops"] > r["flash"] for r in rows)
     assert all(r["cudnn"] > max(r["tflops"], r["flash"]) for r in rows)
-    least = min(r["causal_speedup"] for r in long if r["causal"])
-    assert least >= 1.75
+    least = min((r["causal_speedup"], r["head_dim"], r["seq"]) for r in long if r["causal"])
+    assert least[0] >= 1.7
     full = [r for r in rows if not r["causal"]]
     assert all(r["naive_bound_ms"] / r["naive_ms"] >= 0.75 for r in full)       # near its byte bound
-    assert all(r["fused_bound_ms"] / r["ms"] <= 0.25 for r in rows)             # far from it
+    assert all(r["fused_bound_ms"] / r["ms"] <= 0.3 for r in rows)              # "a small fraction of its time"
     assert all(r["naive_ms"] / r["ms"] < r["bytes_ratio"] / 2 for r in rows)
     causal_ratio = [r["naive_ms"] / r["ms"] for r in sorted(rows, key=lambda r: (r["head_dim"], r["seq"])) if r["causal"]]
     assert all(a < b for a, b in zip(causal_ratio[:4], causal_ratio[1:5])) and \
@@ -321,8 +320,9 @@ def test_notebook_10_reading_of_the_attention_run_holds():
     cells = json.loads((ROOT / "notebooks" / "10_attention.ipynb").read_text())["cells"]
     text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
     assert f"moves {min(ratios):.0f} to {max(ratios):.0f} times more bytes" in text
-    assert "runs at 80 % of the flash backend or more" in text and "about 1.8 times faster" in text
-    assert f"({least:.2f} at the least, head dim 64, S = 4096)" in text
+    assert "runs ahead of the flash backend at both head dims, causal or not, at every S measured" in text
+    assert "about 1.8 times faster" in text and 1.75 <= least[0] < 1.85
+    assert f"({least[0]:.2f} at the least, head dim {least[1]}, S = {least[2]})" in text
 
 
 def test_notebook_10_reading_of_the_cuda_kernel_holds():
@@ -574,3 +574,78 @@ def test_notebook_08_reading_of_the_cross_entropy_dram_bytes_holds():
         assert abs(r["read"] / tensor - 1) < 0.01, r
         assert 0.7 < r["written"] / tensor < 1.0, r
         assert r["model"] == 2
+
+
+def _attention_sweep():
+    """results/nvidia-h200/sweeps_attention.txt as {(head_dim, S, mode, BLOCK_M, BLOCK_N, warps, heavy, fold): ms}."""
+    import re
+
+    out, key = {}, None
+    for line in (results.RESULTS / "nvidia-h200" / "sweeps_attention.txt").read_text().splitlines():
+        m = re.match(r"head_dim (\d+), S (\d+),", line)
+        if m:
+            key = (int(m[1]), int(m[2]))
+            continue
+        m = re.match(r"\s+(full|causal)\s+BLOCK_M\s+(\d+) BLOCK_N\s+(\d+) warps (\d+) stages \d heavy_first (\d) "
+                     r"fold (\d)\s+([\d.]+) ms", line)
+        if m:
+            out[(*key, m[1], *(int(g) for g in m.groups()[1:6]))] = float(m[7])
+    return out
+
+
+def test_docs_performance_quotes_the_attention_sweep():
+    """docs/performance.md's reasons for Lab 4's launch (tiles, fold, heavy-first order), recomputed
+    from the committed sweep, and the committed launch is the one the sweep found fastest."""
+    from a07_softmax.paths import ROOT
+
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    ms = _attention_sweep()
+    shapes = sorted({k[:2] for k in ms})
+    assert len(shapes) == 6
+    for d, s in shapes:
+        full = {k: v for k, v in ms.items() if k[:3] == (d, s, "full") and k[7] == 1}
+        assert min(full, key=full.get)[3:6] == (128, 64, 8), f"d {d} S {s}: the committed 128 x 64 x 8 is not the fastest"
+    tf = {k: 4 * (16384 // k[1]) * (2048 // k[0]) * k[1] ** 2 * k[0] / v / 1e9 for k, v in ms.items() if k[2] == "full"}
+    old, new = tf[(128, 4096, "full", 64, 64, 8, 0, 1)], tf[(128, 4096, "full", 128, 64, 8, 0, 1)]
+    assert f"ran head dim 128 at {old:.0f} TFLOP/s against {new:.0f} (S = 4096)" in doc
+    fold = [100 * (ms[(d, s, mode, 128, 64, 8, h, 0)] / ms[(d, s, mode, 128, 64, 8, h, 1)] - 1)
+            for d, s in shapes for mode, h in (("full", 0), ("causal", 1))]
+    assert f"The fold is worth {min(fold):.1f}-{max(fold):.0f} %" in doc
+    heavy = {d: [100 * (ms[(d, s, "causal", 128, 64, 8, 0, 1)] / ms[(d, s, "causal", 128, 64, 8, 1, 1)] - 1)
+                 for dd, s in shapes if dd == d] for d in (64, 128)}
+    assert min(heavy[128]) > 0 and f"helps at head dim 128 (up to {max(heavy[128]):.0f} %" in doc
+    assert f"at head dim 64 this run has it {-max(heavy[64]):.0f}-{-min(heavy[64]):.0f} % slower" in doc
+
+
+def test_notebook_08_reading_of_the_backward_run_holds():
+    """Notebook 08's words about results/nvidia-h200/backward.json, recomputed from it."""
+    import json
+
+    from a07_softmax.paths import ROOT
+
+    runs = results.load_backward()["runs"]
+    rate = {(r["impl"], r["op"], r["dtype"], r["cols"]): r["vs_copy"] for r in runs}
+    short = {k: v for k, v in rate.items() if k[3] <= 16384}
+    odd = ("triton", "log_softmax_backward", "bfloat16", 16384)
+    assert all(v >= 0.95 for k, v in short.items() if k[0] == "triton" and k != odd), "not at about the copy's rate"
+    assert short[odd] < 0.9, "the one slow point the notebook names is no longer slow: reword it"
+    assert all(v >= 0.9 for k, v in short.items() if k[0] == "torch.compile"), "torch.compile: about the copy's rate"
+    assert all(0.4 <= v <= 0.6 for k, v in short.items() if k[:2] == ("eager", "softmax_backward")), "eager: near half"
+    assert all(round(v, 1) <= 0.8 for k, v in rate.items() if k[3] == 65536)
+    cells = json.loads((ROOT / "notebooks" / "08_log_softmax_cross_entropy.ipynb").read_text())["cells"]
+    text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
+    assert "the Triton kernels stream at about the copy's rate, as `torch.compile`'s kernel does" in text
+    assert "every implementation stays at 0.8 of the copy or below there" in text
+    assert "bf16 `log_softmax` backward at 16384 columns" in text
+
+
+def test_notebooks_hold_rates_against_the_ceilings():
+    """Notebooks 04 and 09 say where an effective rate sits against the copy and the DRAM peak: Lab 1's
+    1024-column rates that pass the peak are cache, the fast kernel's best stays below the peak."""
+    d = results.load_bench()
+    c = results.ceilings(d)
+    assert c["copy with the L2 hint"] <= c["copy"] < c["DRAM peak"], c   # the words of notebooks 07 and 09
+    fast = [g for dt in ("float32", "bfloat16") for g, *_ in results.fast_scorecard(d, dt).values()]
+    assert max(fast) < c["DRAM peak"] and max(fast) > c["copy"]
+    assert "cache" in results.against_ceilings(1.01 * c["DRAM peak"], d)
+    assert "cache" not in results.against_ceilings(0.99 * c["DRAM peak"], d)
