@@ -28,10 +28,11 @@ def _err(got, ref):
     return float(np.abs(got.double().cpu().numpy() - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
-def _reference(q, k, v, causal, kv, scale=None):
-    """attention.reference's float64 answer; on a GPU the same contract in float64 torch there (NumPy's
-    einsum takes minutes at S = 4097), held to attention.reference by test_the_gpu_yardstick_agrees."""
-    if not q.is_cuda:
+def _reference(q, k, v, causal, kv, scale=None, in_torch=None):
+    """attention.reference's float64 answer; for GPU tensors the same contract in float64 torch on the
+    GPU (NumPy's einsum takes minutes at S = 4097), held to attention.reference by
+    test_the_torch_yardstick_agrees."""
+    if not (q.is_cuda if in_torch is None else in_torch):
         return A.reference(*(t.double().cpu().numpy() for t in (q, k, v)), causal=causal, kv_len=kv, scale=scale)
     q, k, v = q.double(), k.double(), v.double()
     s = q.shape[2]
@@ -123,3 +124,14 @@ def test_the_traffic_model():
 def test_on_the_gpu_at_real_lengths(rng, dtype, d):
     for s, causal, kv in ((1, True, None), (100, False, [0, 77]), (1000, True, [1000, 3]), (4097, True, None)):
         _check(rng, 2, 2, s, d, dtype, causal, kv, "cuda")
+
+
+def test_the_torch_yardstick_agrees(rng):
+    """The float64 torch reference the GPU tests use gives attention.reference's answer: causal or
+    not, key padding, and a batch entry with no visible key (zeros)."""
+    q, k, v = _case(rng, 2, 3, 37, 16, torch.float64, "cpu")
+    for causal in (False, True):
+        got = _reference(q, k, v, causal, [0, 30], in_torch=True)
+        want = A.reference(*(t.numpy() for t in (q, k, v)), causal=causal, kv_len=[0, 30])
+        assert np.allclose(got, want, rtol=1e-12, atol=1e-12), f"causal={causal}: the torch yardstick disagrees"
+        assert not got[0].any(), "a batch entry with no visible key must be zeros in the yardstick too"
