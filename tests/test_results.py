@@ -649,3 +649,20 @@ def test_notebooks_hold_rates_against_the_ceilings():
     assert max(fast) < c["DRAM peak"] and max(fast) > c["copy"]
     assert "cache" in results.against_ceilings(1.01 * c["DRAM peak"], d)
     assert "cache" not in results.against_ceilings(0.99 * c["DRAM peak"], d)
+
+
+def test_docs_performance_quotes_the_backward_run():
+    """docs/performance.md's figures for the Triton backward passes, recomputed from backward.json."""
+    from a07_softmax.paths import ROOT
+
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    rate = {(r["impl"], r["op"], r["dtype"], r["cols"]): r["vs_copy"] for r in results.load_backward()["runs"]}
+
+    def span(impl):
+        v = [x for k, x in rate.items() if k[0] == impl and k[3] == 65536]
+        return f"{min(v):.2f}-{max(v):.2f}"
+    assert f"At 65536 columns that runs at {span('triton')} of the copy's rate, beside `torch.compile`'s " \
+        f"{span('torch.compile')}" in doc
+    odd, twin = rate[("triton", "log_softmax_backward", "bfloat16", 16384)], rate[("triton", "softmax_backward", "bfloat16", 16384)]
+    assert f"bf16 log_softmax backward at 16384 columns, {odd:.2f} (whole-row path), while the same shape of " \
+        f"softmax backward runs at {twin:.2f}" in doc
