@@ -391,7 +391,7 @@ def backward_report(d: dict, dtype: str = "float32") -> str:
     runs = [r for r in d["runs"] if r["dtype"] == dtype]
     cols = sorted({r["cols"] for r in runs})
     impls = ("triton", "eager", "torch.compile")
-    lines = [f"{dtype}: rate (3 traversals / time) over the copy's rate" ,
+    lines = [f"{dtype}: rate (3 traversals / time) over the copy's rate",
              f"{'operation':<22}{'implementation':<15}" + "".join(f"{c:>8}" for c in cols)]
     for op in ("softmax_backward", "log_softmax_backward"):
         for impl in impls:
