@@ -100,6 +100,13 @@ WRONG = {
     return np.array([t[0] for t in trace]), np.array([t[1] for t in trace])
     xs = np.asarray(xs, dtype=np.float64)
     m = np.maximum.accumulate(xs)"""), "loop"),
+        # the same loop, with the clocks of the process that runs it stopped: time is the judge's to measure
+        "vectorised function that loops and stops the clock": ("import time\ntime.monotonic = lambda: 0.0\n"
+                                                               "time.perf_counter = lambda: 0.0\n" + _edit("04", """    xs = np.asarray(xs, dtype=np.float64)
+    m = np.maximum.accumulate(xs)""", """    trace = online_scalar(xs)
+    return np.array([t[0] for t in trace]), np.array([t[1] for t in trace])
+    xs = np.asarray(xs, dtype=np.float64)
+    m = np.maximum.accumulate(xs)"""), "loop"),
         "no_rescale that does rescale": (_edit("04", "        m = max(m, float(x))\n        s = s + np.exp(x - m)",
                                                "        m_new = max(m, float(x))\n        s = s * np.exp(m - m_new) + np.exp(x - m_new)\n        m = m_new"),
                                          "online_no_rescale"),
