@@ -398,8 +398,7 @@ def cases_04(rng, hidden: bool):
     m = np.maximum.accumulate(long_row)
     s = np.cumsum(np.exp(long_row - long_row.max())) * np.exp(long_row.max() - m)
     cases.append(Case("online_vectorized on 2,000,000 elements (array operations, no loop over the elements)",
-                      {"fn": "online_vectorized", "args": [_arr("long", **{"as": "numpy"})], "max_seconds": 1.0,
-                       "baseline_rows": 2},   # the baseline saves (m, s)'s size: 2 rows of the input's length
+                      {"fn": "online_vectorized", "args": [_arr("long", **{"as": "numpy"})], "max_seconds": 1.0},
                       lambda got, ref=np.vstack([m, s]): mismatch(got, ref, "float64"), {"long": long_row}))
     return cases
 
@@ -749,8 +748,8 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
                                   0, case.points, case.hidden))
             continue
         # the child's own clock, and the judge's (a submission can stop the clocks of its own process)
-        took = max(rep.get("seconds", 0) if isinstance(rep.get("seconds"), (int, float)) else 0,
-                   getattr(run, "judge_seconds", {}).get(cid, 0))
+        clock = getattr(run, "judge_clock", {}).get(cid, (0, []))
+        took = max(rep.get("seconds", 0) if isinstance(rep.get("seconds"), (int, float)) else 0, clock[0])
         if case.call.get("max_seconds") and took > case.call["max_seconds"]:
             out.append(Result(case.name, FAIL, f"took {took:.1f} s (array operations take well under "
                               f"{case.call['max_seconds']:.0f} s): a Python loop over the elements?", 0, case.points,
@@ -763,6 +762,11 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
             if case.call.get("expect_dtype") and rep.get("dtype") != case.call["expect_dtype"]:
                 raise ValueError(f"output dtype {rep.get('dtype')}, expected {case.call['expect_dtype']}")
             bad = case.judge(got)
+            if not bad and any(o is None or o.shape != got.shape or not np.array_equal(o, got, equal_nan=True)
+                               for o in clock[1]):
+                fn = case.call.get("fn")
+                bad = (f"{fn}() returned other values when the checker ran it again alone, to time it: it must "
+                       "compute its answer the same way every time it is called")
         except Exception as e:  # an output the judge cannot read is a wrong answer, said so
             bad = f"could not read the returned value: {type(e).__name__}: {e}"
         if bad:
@@ -835,24 +839,32 @@ def _run_on_cpu(number: str, text: str, path: Path, cases, box: Path, timeout: f
     return results + _judge(cases, run, bool(todo), ", ".join(map(str, todo)))
 
 
-def _judge_clock(case, module_name: str, text: str, timeout: float, hide) -> float:
-    """Seconds a timed call took, on this process's clock: the call alone in a fresh child, minus a
-    trusted twin that does everything else such a run does (exercise_child's "baseline"). The
-    child's own report of the time is not enough: code in that process can stop its clocks."""
+def _judge_clock(case, module_name: str, text: str, timeout: float, hide):
+    """(seconds, outputs) of a timed call on this process's clock: the call alone in a fresh child
+    (twice), minus a trusted twin that does everything else such a run does (exercise_child's
+    "baseline"). The child's own report of the time is not enough: code in that process can stop its
+    clocks. `outputs` are what the two timed runs returned (None where a run left none): _judge
+    holds them to the judged output, so a submission cannot answer the timed run differently."""
     from . import sandbox
 
-    def wall(kind: str) -> float:
+    def run(kind: str):
         box = sandbox.new_box()
         try:
             (box / module_name).write_text(text)
             calls = _stage([case], box)
-            run = sandbox.run_child(box, {"kind": kind, "module": module_name, "calls": calls}, timeout, gpu=False,
-                                    hide=hide)
-            return run.seconds
+            seconds = sandbox.run_child(box, {"kind": kind, "module": module_name, "calls": calls}, timeout,
+                                        gpu=False, hide=hide).seconds
+            try:
+                out = np.load(box / "outputs" / "c0.npy", allow_pickle=False)
+            except (OSError, ValueError):
+                out = None
+            return seconds, out
         finally:
             sandbox.remove_box(box)
+    timed = [run("python") for _ in range(2)]
     # the faster of two runs on each side: a cold start (caches, the first bwrap) only ever adds time
-    return max(0.0, min(wall("python"), wall("python")) - min(wall("baseline"), wall("baseline")))
+    baseline = min(run("baseline")[0] for _ in range(2))
+    return max(0.0, min(s for s, _ in timed) - baseline), [out for _, out in timed]
 
 
 def _stage(cases, box: Path):
@@ -923,9 +935,9 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
                    "device": "cuda" if gpu else "cpu", "interpret": uses_torch and not gpu, "calls": _stage(cases, box)}
         run = sandbox.run_child(box, request, timeout, gpu=gpu, hide=hide, on_progress=on_progress)
         run.box, run.timeout = box, timeout
-        run.judge_seconds = {f"c{i}": _judge_clock(case, Path(path).name, text, timeout, hide)
-                             for i, case in enumerate(cases) if case.call.get("max_seconds") and not uses_torch
-                             and any(r.get("id") == f"c{i}" and r.get("ok") for r in run.results)}
+        run.judge_clock = {f"c{i}": _judge_clock(case, Path(path).name, text, timeout, hide)
+                           for i, case in enumerate(cases) if case.call.get("max_seconds") and not uses_torch
+                           and any(r.get("id") == f"c{i}" and r.get("ok") for r in run.results)}
         if uses_torch:
             results.append(Result("backend", PASS, "GPU" if gpu else "Triton interpreter on the CPU (no GPU)", 0, 0))
         return results + _judge(cases, run, "NotImplementedError" in text)

@@ -17,8 +17,9 @@ from .paths import PACKAGE, ROOT
 # to a checkout's root, in a checkout and in an installed wheel alike.
 DEVICE_GLOBS = ("common/*.h", "cuda/*.cu", "hip/*.cpp")
 PYTHON_SOURCES = ("accuracy.py", "bench.py", "constants.py", "fast.py", "labs.py", "native.py", "triton_softmax.py")
-# The kernels of Lab 4, of the fused cross-entropy and of the Triton backward passes: recorded by the results that run them (their
-# benchmarks, the notebooks), so that changing them leaves the softmax results fresh.
+# The kernels of Lab 4, of the fused cross-entropy and of the Triton backward passes: recorded by the
+# results that run them (their benchmarks, the notebooks), so that changing them leaves the softmax
+# results fresh.
 ATTENTION_SOURCES = ("attention.py", "attention_cuda.py", "attention_kernels.py")
 CROSS_ENTROPY_SOURCES = ("cross_entropy.py", "cross_entropy_kernels.py")
 BACKWARD_SOURCES = ("triton_backward.py",)

@@ -107,6 +107,16 @@ WRONG = {
     return np.array([t[0] for t in trace]), np.array([t[1] for t in trace])
     xs = np.asarray(xs, dtype=np.float64)
     m = np.maximum.accumulate(xs)"""), "loop"),
+        # ... and answers at once, wrongly, when it sees it runs alone (the judge's timed run)
+        "loops, stops the clock, fakes the timed run": ("import json, time\ntime.monotonic = lambda: 0.0\n"
+                                                        "ALONE = len(json.load(open('request.json'))['calls']) == 1\n"
+                                                        + _edit("04", """    xs = np.asarray(xs, dtype=np.float64)
+    m = np.maximum.accumulate(xs)""", """    if ALONE:
+        return np.zeros(len(xs)), np.ones(len(xs))
+    trace = online_scalar(xs)
+    return np.array([t[0] for t in trace]), np.array([t[1] for t in trace])
+    xs = np.asarray(xs, dtype=np.float64)
+    m = np.maximum.accumulate(xs)"""), "again"),
         "no_rescale that does rescale": (_edit("04", "        m = max(m, float(x))\n        s = s + np.exp(x - m)",
                                                "        m_new = max(m, float(x))\n        s = s * np.exp(m - m_new) + np.exp(x - m_new)\n        m = m_new"),
                                          "online_no_rescale"),
