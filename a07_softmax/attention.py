@@ -16,6 +16,7 @@ tests/test_attention.py). `reference()` is the float64 answer it is held to.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -55,14 +56,49 @@ def traffic_bytes(batch_heads: int, seq: int, head_dim: int, elem_bytes: int = 2
     return qkvo if fused else qkvo + 4 * batch_heads * seq * seq * score_bytes
 
 
+class Tiles(NamedTuple):
+    block_m: int      # query rows per program
+    block_n: int      # keys per tile of the inner loop
+    num_warps: int
+    num_stages: int   # tiles of K and V in flight
+
+
+# (largest head dim, tiles): the first row whose limit covers d. Measured on the H200 in bf16
+# (bench/sweeps/attention_configs.py -> results/nvidia-h200/sweeps_attention.txt). With tensor
+# descriptors, head dim 128 runs fastest on square 128 x 128 tiles: one masked tile on a causal
+# diagonal instead of two. The pointer path (float32, GPUs without TMA) keeps 128 x 64, which ran as
+# fast as 128 x 128 there.
+TMA_TILES = ((32, Tiles(128, 64, 4, 3)), (64, Tiles(128, 64, 8, 3)), (128, Tiles(128, 128, 8, 3)))
+POINTER_TILES = ((32, Tiles(128, 64, 4, 3)), (128, Tiles(128, 64, 8, 3)))
+
+
+def pick_tiles(head_dim: int, tma: bool) -> Tiles:
+    return next(t for limit, t in (TMA_TILES if tma else POINTER_TILES) if head_dim <= limit)
+
+
+def _use_tma(q, k, v, interp: bool) -> bool:
+    """Tensor descriptors for the K and V tiles: 16-bit data (float32 tiles of 128 x 128 would not fit
+    in shared memory) whose base addresses meet TMA's 16-byte alignment, on an NVIDIA GPU of compute
+    capability 9 or more, or in the interpreter (which reads descriptors too: the CPU tests cover
+    both paths, fp32 the pointer one)."""
+    import torch
+
+    if q.element_size() != 2 or any(t.data_ptr() % 16 for t in (k, v)):
+        return False
+    if interp:
+        return True
+    return torch.version.hip is None and torch.cuda.get_device_capability(q.device)[0] >= 9
+
+
 _KERNEL = []
 
 
 def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float | None = None,
-                    block_m: int | None = None, block_n: int | None = None, out=None):
+                    block_m: int | None = None, block_n: int | None = None, out=None, tma: bool | None = None):
     """softmax(scale * q k^T + mask) v for (B, H, S, D) torch tensors of one dtype (float32, float16,
     bfloat16) on one device, D in HEAD_DIMS; fp32 statistics. kv_len: int32 (B,) valid keys per batch
-    entry (key padding), each in [0, S]. Rows with no visible key are zeros."""
+    entry (key padding), each in [0, S]. Rows with no visible key are zeros. block_m, block_n, tma:
+    override the launch choice (tests; tma=None: tensor descriptors where _use_tma says so)."""
     import torch
     import triton
 
@@ -97,10 +133,10 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
     elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {q.dtype} tensor of shape {tuple(q.shape)} on {q.device}")
     interp = not q.is_cuda
-    # 128 x 64 tiles, 8 warps: the fastest of the configurations tried on the H200 at head dims 64 and
-    # 128 (docs/performance.md, Lab 4); 64-row tiles left d 128 at 60 % of the 128-row speed.
-    block_m = block_m or (16 if interp else 128)
-    block_n = block_n or (16 if interp else 64)
+    tma = _use_tma(q, k, v, interp) if tma is None else bool(tma)
+    tiles = Tiles(16, 16, 4, 1) if interp else pick_tiles(d, tma)
+    block_m = block_m or tiles.block_m
+    block_n = block_n or tiles.block_n
     if block_m % block_n:
         raise ValueError(f"block_m ({block_m}) must be a multiple of block_n ({block_n}): a causal diagonal "
                          "must start a key tile")
@@ -109,14 +145,21 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
 
         _KERNEL.append(attention_fwd_kernel)
     grid = (triton.cdiv(s, block_m), b * h)
+    kd, vd = k, v                                   # unused by the pointer path
+    if tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        # (B*H, S, D): a tile never crosses into the next head; rows past S read as zeros
+        kd, vd = (TensorDescriptor(t.view(b * h, s, d), [b * h, s, d], [s * d, d, 1], [1, block_n, d])
+                  for t in (k, v))
     import contextlib
 
     ctx = torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext()
     with ctx, np.errstate(all="ignore"):
-        _KERNEL[0][grid](q, k, v, out, kv_len if kv_len is not None else q, s, scale, h,
+        _KERNEL[0][grid](q, k, v, out, kd, vd, kv_len if kv_len is not None else q, s, scale, h,
                          q.stride(0), q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
                          CAUSAL=bool(causal), HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
                          UPCAST=interp and q.dtype == torch.bfloat16, HEAVY_FIRST=bool(causal),
-                         FOLD=scale > 0,
-                         **({} if interp else {"num_warps": 4 if d <= 32 else 8, "num_stages": 3}))
+                         FOLD=scale > 0, TMA=tma,
+                         **({} if interp else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}))
     return out

@@ -14,18 +14,28 @@ def _mm(a, b, IEEE: tl.constexpr):
 
 
 @triton.jit
-def _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i, l_i, acc, qk_scale,
+def _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i, l_i, acc, qk_scale,
             MASKED: tl.constexpr, CAUSAL: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-            FOLD: tl.constexpr):
+            FOLD: tl.constexpr, TMA: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     """One key tile folded into the running (m, l, o) of BLOCK_M query rows: the online recurrence
     of notebook 03 with a weighted numerator. Scores are kept in log2 units (qk_scale holds
     log2(e)), so every exp is one exp2. MASKED tiles (the diagonal tile, the tail past n_keys)
     mask element by element; the others are wholly visible and skip it.
     FOLD (a positive scale): max(s * c) = max(s) * c for c > 0, so the tile's max is taken on the raw
     products and the scale joins the exponent, s * c - m: one fused multiply-add per score instead of
-    a multiply and a subtract. A negative scale turns the max into a min, so it multiplies first."""
+    a multiply and a subtract. A negative scale turns the max into a min, so it multiplies first.
+    TMA: the key and value tiles come through tensor descriptors (KD, VD: the (B*H, S, D) views of K
+    and V), each tile one bulk copy by the Hopper's tensor memory accelerator instead of an address
+    per element and thread; rows past S read as zeros. Rows in [n_keys, S) (key padding) are real
+    memory and may hold anything, so a masked tile zeroes its values there: p is 0 for those keys,
+    but 0 * NaN is NaN."""
     cols = start + offs_n
-    if MASKED:
+    if TMA:
+        k = KD.load([bh, start, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = VD.load([bh, start, 0]).reshape(BLOCK_N, HEAD_DIM)
+        if MASKED:
+            v = tl.where(cols[:, None] < n_keys, v, 0.0)
+    elif MASKED:
         kv_mask = cols[:, None] < n_keys
         k = tl.load(K + base + cols[:, None] * stride_s + offs_d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(V + base + cols[:, None] * stride_s + offs_d[None, :], mask=kv_mask, other=0.0)
@@ -64,11 +74,11 @@ def _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i,
 
 
 @triton.jit
-def attention_fwd_kernel(Q, K, V, O, KV_LEN, seq, sm_scale, heads,
+def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads,
                          stride_b, stride_h, stride_s,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr, HAS_KV_LEN: tl.constexpr, IEEE: tl.constexpr,
-                         UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, FOLD: tl.constexpr):
+                         UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr):
     # HEAVY_FIRST (causal): programs start in launch order, and a causal tile's work grows with its
     # row index, so the last tiles of a head are the longest. Taken in reverse, the longest start
     # first and the grid ends on short ones, which fill the last wave instead of leaving SMs idle
@@ -103,11 +113,11 @@ def attention_fwd_kernel(Q, K, V, O, KV_LEN, seq, sm_scale, heads,
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     for start in tl.range(0, full, BLOCK_N):
-        m_i, l_i, acc = _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i, l_i, acc,
-                                qk_scale, False, CAUSAL, IEEE, UPCAST, FOLD)
+        m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
+                                m_i, l_i, acc, qk_scale, False, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
     for start in tl.range(full, hi, BLOCK_N):
-        m_i, l_i, acc = _attend(q, K, V, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i, l_i, acc,
-                                qk_scale, True, CAUSAL, IEEE, UPCAST, FOLD)
+        m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
+                                m_i, l_i, acc, qk_scale, True, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]          # no visible key: zeros
     tl.store(O + base + offs_m[:, None] * stride_s + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=offs_m[:, None] < seq)

@@ -1,7 +1,10 @@
 """Lab 4's fused attention forward (a07_softmax.attention) against float64 attention: in the Triton
 interpreter on a CPU (small sizes), compiled on a GPU (`pytest -m gpu`). Outputs are poisoned first;
 key padding includes a length of 0 (rows that see no key must be zeros), lengths of 1 and tails past a
-tile; scores that rise from tile to tile make every tile move the max (o must be rescaled)."""
+tile; scores that rise from tile to tile make every tile move the max (o must be rescaled). Padded keys
+hold NaN and inf (key padding is memory the kernel must not let through). The key and value tiles come
+through tensor descriptors (TMA) for 16-bit data, in the interpreter and on a Hopper GPU, and through
+pointers otherwise; the tests run both paths."""
 import numpy as np
 import pytest
 
@@ -46,13 +49,17 @@ def _reference(q, k, v, causal, kv, scale=None, in_torch=None):
     return (p @ v).cpu().numpy()
 
 
-def _check(rng, b, h, s, d, dtype, causal, kv, device, rising=False, **blocks):
+def _check(rng, b, h, s, d, dtype, causal, kv, device, rising=False, **launch):
     q, k, v = _case(rng, b, h, s, d, dtype, device, rising)
     kv_len = None if kv is None else torch.tensor(kv, dtype=torch.int32, device=device)
+    k_in, v_in = k.clone(), v.clone()
+    for i, n in enumerate(kv or ()):  # padded keys: garbage that a masked score or a zeroed value must stop
+        k_in[i, :, n:] = float("inf")
+        v_in[i, :, n:] = float("nan")
     out = torch.full_like(q, float("nan"))
-    A.flash_attention(q, k, v, causal=causal, kv_len=kv_len, out=out, **blocks)
+    A.flash_attention(q, k_in, v_in, causal=causal, kv_len=kv_len, out=out, **launch)
     ref = _reference(q, k, v, causal, kv)
-    where = f"{dtype} b{b} h{h} s{s} d{d} causal={causal} kv_len={kv}"
+    where = f"{dtype} b{b} h{h} s{s} d{d} causal={causal} kv_len={kv} {launch or ''}"
     assert _err(out, ref) <= accuracy.tolerance(dtype), (where, _err(out, ref))
     if kv is not None:
         for i, n in enumerate(kv):
@@ -64,9 +71,26 @@ def _check(rng, b, h, s, d, dtype, causal, kv, device, rising=False, **blocks):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("s", [1, 5, 16, 17, 37])
 @pytest.mark.parametrize("causal", [False, True])
-def test_against_float64_in_the_interpreter_or_on_the_gpu(rng, dtype, s, causal):
-    _check(rng, 3, 2, s, 16, dtype, causal, None, DEVICE)
-    _check(rng, 3, 2, s, 32, dtype, causal, [0, 1, s], DEVICE)
+@pytest.mark.parametrize("tma", [None, False], ids=["chosen-path", "pointers"])
+def test_against_float64_in_the_interpreter_or_on_the_gpu(rng, dtype, s, causal, tma):
+    _check(rng, 3, 2, s, 16, dtype, causal, None, DEVICE, tma=tma)
+    _check(rng, 3, 2, s, 32, dtype, causal, [0, 1, s], DEVICE, tma=tma)
+
+
+def test_tensor_descriptors_only_where_they_can_work():
+    """TMA needs 16-byte aligned bases: a view that starts one element in takes the pointer path, and
+    gives the right answer; float32 takes the pointer path too."""
+    base = torch.randn(1 + 2 * 3 * 21 * 16, dtype=torch.bfloat16, device=DEVICE)
+    q = base[1:].view(2, 3, 21, 16)
+    assert not A._use_tma(q, q, q, interp=not q.is_cuda), "a base 2 bytes past an alignment took TMA"
+    assert not A._use_tma(*(q.float(),) * 3, interp=not q.is_cuda), "float32 took TMA"
+    aligned = q.clone()
+    if not q.is_cuda:
+        assert A._use_tma(aligned, aligned, aligned, interp=True), "the interpreter must cover the TMA path"
+    out = torch.full_like(q, float("nan"))
+    A.flash_attention(q, q, q, causal=True, out=out)
+    ref = _reference(q, q, q, True, None)
+    assert _err(out, ref) <= accuracy.tolerance(torch.bfloat16), _err(out, ref)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -123,7 +147,8 @@ def test_the_traffic_model():
 @pytest.mark.parametrize("d", [64, 128])
 def test_on_the_gpu_at_real_lengths(rng, dtype, d):
     for s, causal, kv in ((1, True, None), (100, False, [0, 77]), (1000, True, [1000, 3]), (4097, True, None)):
-        _check(rng, 2, 2, s, d, dtype, causal, kv, "cuda")
+        for tma in ((None, False) if dtype != torch.float32 else (None,)):
+            _check(rng, 2, 2, s, d, dtype, causal, kv, "cuda", tma=tma)
 
 
 def test_the_torch_yardstick_agrees(rng):

@@ -1,5 +1,6 @@
-"""Repeat the measurement behind Lab 4's launch choices (a07_softmax.attention.flash_attention): tile
-shape and warps, the heavy-first order of causal tiles, and the positive scale folded into the exp.
+"""Repeat the measurement behind Lab 4's launch choices (a07_softmax.attention.flash_attention): key
+and value tiles through tensor descriptors (TMA) or pointers, tile shape and warps, the heavy-first
+order of causal tiles, and the positive scale folded into the exp.
 bf16, the benchmark's shapes (16384 tokens, 2048 / head_dim heads), every configuration timed in
 interleaved rounds (medians of CUDA events) after its output is checked against float64 attention of
 the first head. Causal speedup = the same configuration's non-causal time / its causal time.
@@ -17,9 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-# (BLOCK_M, BLOCK_N, num_warps, num_stages); the first is the committed choice
-CONFIGS = ((128, 64, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3), (64, 64, 8, 3), (128, 32, 8, 3), (128, 128, 8, 3))
-# (HEAVY_FIRST for causal, FOLD): the committed choice first, then each switch off
+# (TMA, BLOCK_M, BLOCK_N, num_warps, num_stages); the committed choice for a head dim is
+# attention.pick_tiles(d, tma=True), and the pointer rows are the float32 path's (and a GPU's without TMA)
+CONFIGS = ((True, 128, 64, 8, 3), (True, 128, 128, 8, 3), (True, 128, 64, 4, 3), (True, 64, 64, 4, 3),
+           (False, 128, 64, 8, 3), (False, 128, 128, 8, 3), (False, 64, 64, 4, 3))
+# (HEAVY_FIRST for causal, FOLD), tried on the committed configuration: the committed choice first,
+# then each switch off
 VARIANTS = ((True, True), (False, True), (True, False))
 
 
@@ -33,8 +37,10 @@ def main(argv=None) -> int:
     import torch
     import triton
     from triton.testing import do_bench
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     from a07_softmax import accuracy, bench, provenance
+    from a07_softmax.attention import pick_tiles
     from a07_softmax.attention_kernels import attention_fwd_kernel
 
     def time(fn):
@@ -49,6 +55,7 @@ def main(argv=None) -> int:
             q, k, v = (torch.randn(batch, heads, s, d, device="cuda", generator=g, dtype=torch.bfloat16)
                        for _ in range(3))
             out = torch.empty_like(q)
+            committed = (True, *pick_tiles(d, True))
             launches, refs = {}, {}
             for causal in (False, True):
                 q64, k64, v64 = (t[:1, :1].double() for t in (q, k, v))
@@ -57,17 +64,22 @@ def main(argv=None) -> int:
                     s64.masked_fill_(torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
                 refs[causal] = torch.softmax(s64, -1) @ v64
                 for cfg in CONFIGS:
-                    for heavy, fold in VARIANTS if cfg == CONFIGS[0] else VARIANTS[:1]:
+                    for heavy, fold in VARIANTS if cfg == committed else VARIANTS[:1]:
                         if heavy != VARIANTS[0][0] and not causal:
                             continue  # the order only matters when tiles differ in work
-                        bm, bn, warps, stages = cfg
+                        tma, bm, bn, warps, stages = cfg
+                        kd, vd = k, v
+                        if tma:
+                            kd, vd = (TensorDescriptor(t.view(batch * heads, s, d), [batch * heads, s, d],
+                                                       [s * d, d, 1], [1, bn, d]) for t in (k, v))
 
-                        def fn(causal=causal, bm=bm, bn=bn, warps=warps, stages=stages, heavy=heavy, fold=fold):
+                        def fn(causal=causal, tma=tma, bm=bm, bn=bn, warps=warps, stages=stages, heavy=heavy,
+                               fold=fold, kd=kd, vd=vd):
                             attention_fwd_kernel[(triton.cdiv(s, bm), batch * heads)](
-                                q, k, v, out, q, s, 1 / math.sqrt(d), heads, q.stride(0), q.stride(1), q.stride(2),
-                                HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, HAS_KV_LEN=False, IEEE=False,
-                                UPCAST=False, HEAVY_FIRST=causal and heavy, FOLD=fold, num_warps=warps,
-                                num_stages=stages)
+                                q, k, v, out, kd, vd, q, s, 1 / math.sqrt(d), heads, q.stride(0), q.stride(1),
+                                q.stride(2), HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, HAS_KV_LEN=False,
+                                IEEE=False, UPCAST=False, HEAVY_FIRST=causal and heavy, FOLD=fold, TMA=tma,
+                                num_warps=warps, num_stages=stages)
                         launches[(causal, cfg, heavy, fold)] = fn
             errs = {}
             for key, fn in launches.items():
@@ -83,8 +95,9 @@ def main(argv=None) -> int:
                 flops = 4 * batch * heads * s * s * d * (0.5 if causal else 1.0)
                 speedup = f"  causal speedup {ms[(False, cfg, True, fold)] / ms[key]:.2f}" if causal else ""
                 ok = errs[key] <= accuracy.tolerance("bfloat16")
-                lines.append(f"  {'causal' if causal else 'full':<6} BLOCK_M {cfg[0]:>3} BLOCK_N {cfg[1]:>3} warps "
-                             f"{cfg[2]} stages {cfg[3]} heavy_first {int(causal and heavy)} fold {int(fold)}  "
+                lines.append(f"  {'causal' if causal else 'full':<6} tma {int(cfg[0])} BLOCK_M {cfg[1]:>3} BLOCK_N "
+                             f"{cfg[2]:>3} warps {cfg[3]} stages {cfg[4]} heavy_first {int(causal and heavy)} "
+                             f"fold {int(fold)}  "
                              f"{ms[key]:7.3f} ms {flops / ms[key] / 1e9:6.1f} TFLOP/s{speedup}  "
                              f"err {errs[key]:.1e}{'' if ok else ' FAILED'}")
             print("\n".join(lines[-len(launches) - 1:]), flush=True)
