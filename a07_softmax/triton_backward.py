@@ -22,8 +22,8 @@ from . import triton_softmax as T
 
 # A row of up to WHOLE_ROW_MAX_COLS is held on chip whole: y and dy are read once and dx written
 # once. Longer rows would hold two row-long tensors in registers and spill (at 65536 columns the
-# whole-row kernel ran at a seventh of the copy's bandwidth on the H200, results/nvidia-h200/
-# backward.json at 37f83fb), so they are walked CHUNK_COLS at a time, twice: a first pass for the
+# whole-row kernel ran at a seventh of the copy's bandwidth on the H200: bench/backward.py at
+# commit 37f83fb), so they are walked CHUNK_COLS at a time, twice: a first pass for the
 # row's sum, a second for dx. The second pass reads y and dy again, mostly from L2.
 WHOLE_ROW_MAX_COLS = 16384
 CHUNK_COLS = 8192
