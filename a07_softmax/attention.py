@@ -68,7 +68,8 @@ class Tiles(NamedTuple):
 # descriptors, head dim 128 runs fastest on square 128 x 128 tiles: one masked tile on a causal
 # diagonal instead of two. The pointer path (float32, GPUs without TMA) keeps 128 x 64, which ran as
 # fast as 128 x 128 there.
-TMA_TILES = ((32, Tiles(128, 64, 4, 3)), (64, Tiles(128, 64, 8, 3)), (128, Tiles(128, 128, 8, 3)))
+TMA_TILES = ((64, Tiles(128, 64, 8, 3)), (128, Tiles(128, 128, 8, 3)))
+TMA_MIN_HEAD_DIM = 64
 POINTER_TILES = ((32, Tiles(128, 64, 4, 3)), (128, Tiles(128, 64, 8, 3)))
 
 
@@ -79,15 +80,18 @@ def pick_tiles(head_dim: int, tma: bool) -> Tiles:
 def _use_tma(q, k, v, interp: bool) -> bool:
     """Tensor descriptors for the K and V tiles: 16-bit data (float32 tiles of 128 x 128 would not fit
     in shared memory) whose base addresses meet TMA's 16-byte alignment, on an NVIDIA GPU of compute
-    capability 9 or more, or in the interpreter (which reads descriptors too: the CPU tests cover
-    both paths, fp32 the pointer one)."""
+    capability 9 or more at the head dims measured with it (TMA_TILES), or in the interpreter at any
+    head dim (it reads descriptors too: the CPU tests cover both paths, fp32 the pointer one). Below
+    head dim 64 the GPU keeps pointers: with Triton 3.6 ptxas crashed compiling the descriptor
+    kernel at head dim 16 (fp16, H200)."""
     import torch
 
     if q.element_size() != 2 or any(t.data_ptr() % 16 for t in (k, v)):
         return False
     if interp:
         return True
-    return torch.version.hip is None and torch.cuda.get_device_capability(q.device)[0] >= 9
+    return (q.shape[-1] >= TMA_MIN_HEAD_DIM and torch.version.hip is None
+            and torch.cuda.get_device_capability(q.device)[0] >= 9)
 
 
 _KERNEL = []
