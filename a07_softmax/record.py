@@ -63,12 +63,21 @@ def refresh_notebooks() -> int:
 
 
 def notebooks(out: Path) -> int:
+    """Each notebook under nbval in its own pytest process, all at once: they share the GPU, which only
+    slows the timing cells (their outputs are not compared), and the step takes as long as the
+    slowest notebook instead of their sum."""
+    from concurrent.futures import ThreadPoolExecutor
+
     nbs = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+    def run(nb):
+        return subprocess.run([sys.executable, "-m", "pytest", str(nb), "--nbval", "--nbval-sanitize-with",
+                               str(ROOT / "notebooks" / "sanitize.cfg"), "--nbval-current-env", "-q", "-p",
+                               "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, env=dict(os.environ))
+    with ThreadPoolExecutor(len(nbs) or 1) as pool:
+        procs = list(pool.map(run, nbs))
     lines, status = [], 0
-    for nb in nbs:
-        p = subprocess.run([sys.executable, "-m", "pytest", str(nb), "--nbval", "--nbval-sanitize-with",
-                            str(ROOT / "notebooks" / "sanitize.cfg"), "--nbval-current-env", "-q", "-p",
-                            "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, env=dict(os.environ))
+    for nb, p in zip(nbs, procs):
         tail = [line for line in p.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
         verdict = "passed" if p.returncode == 0 else "FAILED"
         status |= p.returncode
