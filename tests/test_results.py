@@ -357,6 +357,11 @@ def test_docs_performance_quotes_the_attention_and_cross_entropy_runs():
            for hd in (64, 128)}
     assert f"{pct[64]} % of SDPA's flash backend at head dim 64 and {pct[128]} % at head dim 128" in doc
     assert f"Causal runs {span([r['causal_speedup'] for r in rows if r['causal'] and r['seq'] >= 4096], '.2f')} times" in doc
+    at4096 = {hd: next(r["causal_speedup"] for r in rows if r["causal"] and r["seq"] == 4096 and r["head_dim"] == hd)
+              for hd in (64, 128)}
+    assert f"The least is at S = 4096: {at4096[64]:.3f} at head dim 64 and {at4096[128]:.3f} at 128" in doc
+    assert min(at4096.values()) < 1.8 and "The issue's 1.8 is not reached at S = 4096" in doc
+    assert f"point, by {span([100 * (r['cudnn'] / r['tflops'] - 1) for r in rows])} %" in doc
     ce = json.loads((results.RESULTS / "nvidia-h200" / "cross_entropy.json").read_text())
     names = {"the course's CUDA kernel (fast family)": "a07.fast.cross_entropy",
              "the same, `check_targets=False`": "a07.fast.cross_entropy[unchecked]",
@@ -624,8 +629,7 @@ def test_docs_performance_quotes_the_attention_sweep():
     heavy = {d: [gain(d, s, "causal", (1, *tiles[d], 0, 1), (1, *tiles[d], 1, 1)) for dd, s in shapes if dd == d]
              for d in (64, 128)}
     assert min(heavy[128]) > 0 and f"helps at head dim 128 (up to {max(heavy[128]):.0f} %" in doc
-    assert max(heavy[64]) < 0.5 and f"at head dim 64 this run has it {max(0, -max(heavy[64])):.0f}-" \
-                                    f"{-min(heavy[64]):.0f} % slower" in doc
+    assert max(map(abs, heavy[64])) <= 1 and "at head dim 64 it is within 1 % either way" in doc
     # the configurations that pass 1.8 at S = 4096 do it by a slower full kernel, not a faster causal one
     for d in (64, 128):
         best_full = min(v for k, v in ms.items() if k[:3] == (d, 4096, "full"))
