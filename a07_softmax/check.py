@@ -124,6 +124,9 @@ def mismatch(got, ref, dtype="float32", *, log: bool = False) -> str | None:
     if np.isfinite(got).all() and worst < 5e-2 and dtype == "float32":
         text += (f"; every output is within {worst:.1e}, close but not within float32's tolerance: precision "
                  "lost somewhere (statistics or arithmetic in float16/bfloat16? keep them in float32)")
+    if np.isfinite(got).all() and worst < 1e-4 and dtype == "float64":
+        text += (f"; every output is within {worst:.1e}, close but not within float64's tolerance: precision "
+                 "lost somewhere (a value rounded to float32? keep the arithmetic in float64)")
     return text
 
 
@@ -574,8 +577,9 @@ def _attention_rows(q, k, v, q_start, causal, n_keys, *, mistake=None, tile=None
     keep = (cols[None, :] < n_keys) & ((cols[None, :] <= rows[:, None]) if causal else True)
     keep = np.broadcast_to(keep, (q.shape[0], k.shape[0]))
     s = np.where(keep, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
-    if mistake is not None:
-        return np.stack([R.attention_row_tiled(row, v, tile, mistake=mistake) for row in s])
+    if mistake is not None:  # the tiles the exercise's loop visits: keys [0, end)
+        end = min(n_keys, q_start + q.shape[0]) if causal else n_keys
+        return np.stack([R.attention_row_tiled(row[:end], v[:end], tile, mistake=mistake) for row in s])
     out = np.zeros((q.shape[0], v.shape[1]))
     live = keep.any(axis=1)
     if live.any():
@@ -602,7 +606,9 @@ def cases_07(rng, hidden: bool):
               ("not causal, 37 keys in tiles of 16 (a short last tile)", 37, 12, 8, 0, False, 37, 16, False),
               ("key padding: 5 valid keys of 40", 40, 16, 8, 16, True, 5, 8, False),
               ("causal, the first block: query 0 sees key 0 only", 40, 16, 8, 0, True, 40, 8, False),
-              ("key padding: one valid key", 40, 16, 8, 16, True, 1, 16, False)]
+              ("key padding: one valid key", 40, 16, 8, 16, True, 1, 16, False),
+              ("causal, key 5 scoring 700 and every other key near -100 (the running max must not fall)",
+               64, 16, 8, 48, True, 64, 16, "falling")]
     if hidden:
         s_len = int(rng.integers(20, 200))
         blocks.append(("hidden random block", s_len, 16, 16, int(rng.integers(0, s_len // 16)) * 16, True,
@@ -611,14 +617,26 @@ def cases_07(rng, hidden: bool):
         k = rng.normal(size=(s_len, d))
         v = rng.normal(size=(s_len, d))
         q = rng.normal(size=(m_rows, d))
-        if rising:
+        if rising == "falling":  # the max is set in the first tile; every later tile's lies 800 below it
+            q = 1.0 + 0.01 * q
+            k = (-100.0 + 0.1 * k) * np.sqrt(d) / d
+            k[5] = 700.0 * np.sqrt(d) / d
+        elif rising:
             k = q.mean(axis=0)[None, :] * np.linspace(0, 4, s_len)[:, None] + 0.01 * k
         want = _attention_rows(q, k, v, q0, causal, n)
         sigs = [(_attention_rows(q, k, v, q0, causal, n, mistake=mistake, tile=tile), words) for mistake, words in (
             ("o not rescaled", "o was not rescaled when the max moved: multiply o by exp(m_old - m_new), as l is"),
             ("l not rescaled", "l was not rescaled when the max moved: multiply it by exp(m_old - m_new)"),
             ("exp against the old max", "the tile's exponentials were taken against the old max: take them "
-                                        "against m_new, after the max is updated"))]
+                                        "against m_new, after the max is updated"),
+            ("neither rescaled", "neither l nor o was rescaled when the max moved (the factor came out as 1: "
+                                 "was m updated before exp(m_old - m_new) was formed?)"),
+            ("rescaled by the inverse", "l and o were multiplied by exp(m_new - m_old): the factor that brings "
+                                        "them onto the new max is exp(m_old - m_new), at most 1"),
+            ("max of the tile alone", "the running max fell to a later tile's smaller max, and exp(m_old - m_new) "
+                                      "overflowed: the new max is max(m, the tile's max)"),
+            ("m never updated", "m was never updated, so each tile threw away the tiles before it: "
+                                "set m = m_new at the end of the update"))]
 
         def judge(got, want=want, sigs=sigs):
             got = np.asarray(got, dtype=np.float64)
@@ -632,7 +650,8 @@ def cases_07(rng, hidden: bool):
             if bad is None:
                 return None
             for sig, words in sigs:
-                if np.allclose(got, sig, rtol=1e-6, atol=1e-9, equal_nan=True) and not np.allclose(sig, want):
+                if np.allclose(got, sig, rtol=1e-6, atol=1e-9, equal_nan=True) and not np.allclose(sig, want,
+                                                                                                 equal_nan=True):
                     return f"{words} ({bad})"
             return bad
         cases.append(Case(f"attention_block: {what}",

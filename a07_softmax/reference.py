@@ -176,7 +176,16 @@ def online_trace_no_rescale(row):
     return trace
 
 
-ATTENTION_MISTAKES = ("o not rescaled", "l not rescaled", "exp against the old max", "no -inf guard")
+ATTENTION_MISTAKES = ("o not rescaled", "l not rescaled", "exp against the old max", "no -inf guard",
+                      "neither rescaled", "rescaled by the inverse", "max of the tile alone", "m never updated")
+
+
+def _exp(x: float) -> float:
+    """math.exp, inf past its range (as NumPy's exp), so that a mistake that overflows shows as inf/NaN."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
 
 
 def attention_row_tiled(scores, V, tile: int, *, mistake: str | None = None) -> np.ndarray:
@@ -192,16 +201,22 @@ def attention_row_tiled(scores, V, tile: int, *, mistake: str | None = None) -> 
     with np.errstate(over="ignore", invalid="ignore"):
         for start in range(0, len(scores), tile):
             x, v = scores[start:start + tile], V[start:start + tile]
-            m_new = max(m, float(x.max()))
+            # the running max never falls; "max of the tile alone" lets it, and a tile whose max lies
+            # far below an earlier one overflows exp(m - m_new)
+            m_new = float(x.max()) if mistake == "max of the tile alone" else max(m, float(x.max()))
             ref = 0.0 if m_new == NEG_INF else m_new          # no visible key yet: never -inf - -inf
             if mistake == "no -inf guard":                      # a tile that hides every key: NaN
                 ref = m_new
-            a = math.exp(m - ref)
-            e = np.exp(x - ((0.0 if m == NEG_INF else m) if mistake == "exp against the old max" else ref))
+            if mistake == "neither rescaled":                   # m moved on before the factor was formed
+                m = m_new
+            old = 0.0 if m == NEG_INF else m
+            a = math.exp(ref - old) if mistake == "rescaled by the inverse" and m != NEG_INF else _exp(m - ref)
+            e = np.exp(x - (old if mistake == "exp against the old max" else ref))
             l = (l if mistake == "l not rescaled" else l * a) + e.sum()
             o = (o if mistake == "o not rescaled" else o * a) + e @ v
-            m = m_new
-    return o / (l if l != 0 else 1.0)
+            if mistake != "m never updated":
+                m = m_new
+        return o / (l if l != 0 else 1.0)
 
 
 def online_softmax(row) -> np.ndarray:

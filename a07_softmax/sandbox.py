@@ -17,6 +17,10 @@ solutions/ and the folder being graded hidden behind empty tmpfs mounts, no netw
 process it started gone when it ends. Without bubblewrap (macOS, Windows, containers that forbid
 namespaces) the limits above still hold, but the child runs as the same user with the same view of
 the disk: `a07 grade` says so in its report. A07_SANDBOX=none switches bubblewrap off.
+
+The course package itself is out of the child's reach as well: hidden like solutions/ under
+bubblewrap, and refused by an import hook in the child everywhere, so that an answer cannot hand the
+work to the course's own reference implementations.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .paths import ROOT
+from .paths import PACKAGE, ROOT
 
 CHILD = Path(__file__).resolve().parent / "exercise_child.py"
 MAX_FILE_BYTES = 256 << 20
@@ -118,7 +122,9 @@ def run_child(box: Path, request: dict, timeout: float, *, gpu: bool, hide=(), m
         # tmpfs mounts; then this box, writable (the only place the child can write)
         wrap = ["bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
                 "--tmpfs", str(box.parent)]
-        for path in [ROOT / "solutions", *hide]:
+        # the course package too (and a setuptools build copy of it): an answer that calls the course's
+        # own reference (reference.online_trace, reference.attention_row_tiled) wrote nothing itself
+        for path in [ROOT / "solutions", PACKAGE, ROOT / "build", *hide]:
             if Path(path).exists() and not str(box).startswith(str(path)):
                 wrap += ["--tmpfs", str(path)]
         wrap += ["--bind", str(box), str(box), "--unshare-net", "--unshare-pid", "--unshare-ipc",

@@ -165,6 +165,24 @@ WRONG = {
                                                               "causal saving"),
         "exp against the old max": (_edit("07", "p = np.exp(s - m_ref[:, None])",
                                           "p = np.exp(s - np.where(np.isneginf(m), 0.0, m)[:, None])"), "against the old max"),
+        "m updated before the factor is formed": (_edit("07", "        m_new = np.maximum(m, s.max(axis=1))\n",
+                                                        "        m_new = np.maximum(m, s.max(axis=1))\n        m = m_new\n"),
+                                                  "neither l nor o was rescaled"),
+        "rescaled by the inverse factor": (_edit("07", "alpha = np.exp(m - m_ref)",
+                                                 "alpha = np.exp(m_ref - np.where(np.isneginf(m), 0.0, m))"),
+                                           "multiplied by exp(m_new - m_old)"),
+        "m never updated": (_edit("07", "        m = m_new\n", ""), "m was never updated"),
+        "the tile's max alone (the running max falls)": (_edit("07", "m_new = np.maximum(m, s.max(axis=1))",
+                                                               "m_new = s.max(axis=1)"), "the running max fell"),
+        "p rounded to float32": (_edit("07", "p = np.exp(s - m_ref[:, None])",
+                                       "p = np.exp(s - m_ref[:, None]).astype(np.float32)"), "float64's tolerance"),
+        "causal end past the valid keys": (_edit("07", "return min(n_keys, q_end)", "return q_end"),
+                                           "min(n_keys, q_end)"),
+        "the course's reference does the block": (_edit("07", "import numpy as np\n",
+                                                        "import numpy as np\nfrom a07_softmax import reference as R\n").replace(
+            "    end = causal_key_end(", "    return np.stack([R.attention_row_tiled(r, v, tile) for r in np.where("
+            "(np.arange(len(k))[None, :] < n_keys) & ((np.arange(len(k))[None, :] <= rows[:, None]) if causal else True), "
+            "q @ k.T * scale, -np.inf)])\n    end = causal_key_end("), "out of an exercise's reach"),
     },
     "01": {
         "no max subtraction": (_edit("01", "fast_exp(xr[c] - m)", "fast_exp(xr[c])"), "100.0"),

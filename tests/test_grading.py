@@ -45,6 +45,19 @@ ATTACKS_04 = {
         "for f in glob.glob('/**/alice/04_online_trace.py', recursive=True) + glob.glob('/tmp/**/04_online_trace.py', recursive=True):\n"
         "    try:\n        open(f, 'w').write('raise SystemExit')\n    except OSError:\n        pass\n"
         "def online_scalar(xs): return [(0.0, 1.0)] * len(xs)\n"),
+    # the course's own reference does the work: refused by the child's import hook everywhere ...
+    "imports_the_course_reference": (
+        "import numpy as np\nfrom a07_softmax import reference as R\n"
+        "def online_scalar(xs): return [(st.m, st.s) for st in R.online_trace(xs)]\n"
+        "def online_vectorized(xs):\n    t = R.online_trace(xs)\n"
+        "    return np.array([st.m for st in t]), np.array([st.s for st in t])\n"
+        "def online_no_rescale(xs): return [(float(m), float(s)) for m, s in R.online_trace_no_rescale(xs)]\n"),
+    # ... and, where a submission takes the hook out and reads the file, hidden by the sandbox
+    "escapes_the_import_hook": (
+        "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'Refuse' not in type(f).__name__]\n"
+        f"src = open({str(ROOT / 'a07_softmax' / 'reference.py')!r}).read()\n"
+        "ns = {}\nexec(src.replace('from . import accuracy, constants', ''), ns)\n"
+        "def online_scalar(xs): return [(st.m, st.s) for st in ns['online_trace'](xs)]\n"),
     "hard_coded_fixed_row": (
         "import numpy as np\n"
         "def online_scalar(xs):\n"
@@ -56,7 +69,7 @@ ATTACKS_04 = {
 # what only the sandbox stops (reading and writing where the learner's user may); without
 # bubblewrap these would really write into the checkout, so they are not run there
 NEEDS_SANDBOX = {"reads_solutions", "reads_solutions_via_package", "writes_into_the_course", "patches_the_checker",
-                 "overwrites_alice"}
+                 "overwrites_alice", "escapes_the_import_hook"}
 SANDBOX = sandbox.bwrap_works()
 RUN = sorted(a for a in ATTACKS_04 if SANDBOX or a not in NEEDS_SANDBOX)
 

@@ -215,9 +215,14 @@ def test_the_tiled_attention_row_and_its_deliberate_error(rng):
     for tile in (1, 8, 41):
         assert np.allclose(R.attention_row_tiled(scores, V, tile), want, rtol=1e-12, atol=1e-12)
     for mistake in R.ATTENTION_MISTAKES:
-        if mistake == "no -inf guard":  # seen only where a whole tile is masked before any key is visible
+        # seen only where a whole tile is masked before any key is visible, or where the max falls
+        if mistake in ("no -inf guard", "max of the tile alone"):
             continue
         assert not np.allclose(R.attention_row_tiled(scores, V, 8, mistake=mistake), want, atol=1e-3), mistake
+    falling = np.where(np.arange(41) == 3, 700.0, -100.0 + scores)   # the max set in the first tile, 800 above
+    assert np.allclose(R.attention_row_tiled(falling, V, 8), R.softmax(falling) @ V, rtol=1e-12, atol=1e-12)
+    assert not np.isfinite(R.attention_row_tiled(falling, V, 8, mistake="max of the tile alone")).all()
+    assert np.allclose(R.attention_row_tiled(scores, V, 8, mistake="max of the tile alone"), want)  # rising: harmless
     left_padded = np.where(np.arange(41) < 16, -np.inf, scores)       # the first two tiles hide every key
     assert np.allclose(R.attention_row_tiled(left_padded, V, 8), R.softmax(left_padded) @ V, rtol=1e-12, atol=1e-12)
     assert np.isnan(R.attention_row_tiled(left_padded, V, 8, mistake="no -inf guard")).all()
