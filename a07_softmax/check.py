@@ -781,6 +781,10 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
             if case.call.get("expect_dtype") and rep.get("dtype") != case.call["expect_dtype"]:
                 raise ValueError(f"output dtype {rep.get('dtype')}, expected {case.call['expect_dtype']}")
             bad = case.judge(got)
+            if bad and case.call.get("poisoned") and got.size and np.isnan(got).all():
+                bad = (f"the kernel wrote nothing: every output is still the NaN the checker filled it with before "
+                       f"launching {case.call['poisoned']} (it launches the kernel itself, as the scaffold's wrapper "
+                       f"does: the answer must be the kernel's tl.store) ({bad})")
             if not bad and any(o is None or o.shape != got.shape or not np.array_equal(o, got, equal_nan=True)
                                for o in clock[1]):
                 fn = case.call.get("fn")
@@ -897,6 +901,41 @@ def _stage(cases, box: Path):
     return calls
 
 
+# exercise -> the @triton.jit kernels it asks for. The checker launches them itself (exercise_child's
+# trusted_launchers), so each must be a kernel the file defines, not rebound to anything else.
+TRITON_KERNELS = {"05": ("scale_mask_softmax_kernel",), "06": ("log_softmax_kernel", "cross_entropy_kernel")}
+
+
+def _not_jit_kernels(text: str, names) -> str | None:
+    """Parent-side, from the source alone (no learner code runs): None if every name is a module-level
+    function decorated with triton.jit and bound once, else what is wrong. A file that does not parse
+    is left to the child, which names the syntax error."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+
+    def is_jit(dec):
+        dec = dec.func if isinstance(dec, ast.Call) else dec
+        return (isinstance(dec, ast.Attribute) and dec.attr == "jit" and isinstance(dec.value, ast.Name)
+                and dec.value.id == "triton") or (isinstance(dec, ast.Name) and dec.id == "jit")
+    problems = []
+    for name in names:
+        defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+        rebinds = [n for n in ast.walk(tree) if (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store))
+                   or (isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names)
+                   or (isinstance(n, ast.Constant) and n.value == name)]
+        if len(defs) != 1 or not any(is_jit(d) for d in defs[0].decorator_list):
+            problems.append(f"{name} must be one @triton.jit function of the file: the exercise is the kernel "
+                            "(the checker launches it itself, as the scaffold's wrapper does)")
+        elif rebinds:
+            problems.append(f"{name} is bound again after its @triton.jit definition (line {rebinds[0].lineno}): "
+                            "the checker launches the kernel the file defines")
+    return "; ".join(problems) or None
+
+
 def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool = False, hide=(), seed=None,
               hip: bool | None = None, progress=None):
     """[Result] for one exercise file. hidden=True (the grader) adds checks on inputs drawn from a
@@ -949,9 +988,18 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
         if uses_torch and not dev.triton_installed:
             return [Result(c.name, SKIP, "triton is not installed here (Linux only): run it on Linux or in the "
                            "workshop's Linux machines", 0, c.points, c.hidden) for c in cases]
+        not_kernels = _not_jit_kernels(text, TRITON_KERNELS.get(number, {}))
+        if not_kernels:
+            return [Result("the kernels", FAIL, not_kernels, 0, 0)] + [
+                Result(c.name, FAIL, "not run: see the kernels", 0, c.points, c.hidden) for c in cases]
         gpu = bool(uses_torch and dev.torch_gpu and os.environ.get("TRITON_INTERPRET") != "1")
         request = {"kind": "python", "module": Path(path).name, "torch": uses_torch,
-                   "device": "cuda" if gpu else "cpu", "interpret": uses_torch and not gpu, "calls": _stage(cases, box)}
+                   "device": "cuda" if gpu else "cpu", "interpret": uses_torch and not gpu, "calls": _stage(cases, box),
+                   "trusted_launch": number in TRITON_KERNELS}
+        for case in cases:  # which kernel wrote a case's poisoned output, for the judge's words
+            if number in TRITON_KERNELS:
+                case.call["poisoned"] = TRITON_KERNELS[number][0 if case.call["fn"] in ("scale_mask_softmax",
+                                                                                        "log_softmax") else -1]
         run = sandbox.run_child(box, request, timeout, gpu=gpu, hide=hide, on_progress=on_progress)
         run.box, run.timeout = box, timeout
         run.judge_clock = {f"c{i}": _judge_clock(case, Path(path).name, text, timeout, hide)

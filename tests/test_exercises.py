@@ -77,6 +77,24 @@ def _edit(number, old, new, count=-1):
     return src.replace(old, new, count)
 
 
+# exercise 05 answered by PyTorch in the wrapper (what a learner who skips the kernel writes)
+TORCH_05 = """import torch
+import triton
+import triton.language as tl
+
+
+def scale_mask_softmax(x, scale, causal=True, q_len=None):
+    rows, cols = x.shape
+    s = x.float() * scale
+    if causal:
+        keep = torch.arange(cols)[None, :] <= (torch.arange(rows)[:, None] % (q_len or rows))
+        s = s.masked_fill(~keep.to(x.device), float("-inf"))
+    m = s.amax(1, keepdim=True)
+    e = torch.exp(s - torch.where(torch.isinf(m), torch.zeros_like(m), m))
+    d = e.sum(1, keepdim=True)
+    return (e / torch.where(d == 0, torch.ones_like(d), d)).to(x.dtype)
+"""
+
 WRONG = {
     "04": {
         "running max starts at 0": (_edit("04", "m, s, trace = -np.inf, 0.0, []\n    for x in xs:\n        m_new",
@@ -129,6 +147,15 @@ WRONG = {
         "scale applied after the softmax": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float32)"), "scale"),
         "masked loads filled with 0 and kept": (_edit("05", "    keep = inside\n", "    keep = cols >= 0\n"), "tail"),
         "fp16 statistics": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float16) * scale"), "precision"),
+        # the answer computed by PyTorch in the wrapper, the kernel left empty or taken away
+        "PyTorch in the wrapper, an empty kernel": (TORCH_05 + "\n\n@triton.jit\ndef scale_mask_softmax_kernel("
+                                                    "out_ptr, in_ptr, n_cols, stride, scale, q_len, CAUSAL: tl.constexpr, "
+                                                    "BLOCK: tl.constexpr):\n    pass\n", "the kernel wrote nothing"),
+        "PyTorch in the wrapper, no kernel": (TORCH_05 + "\n\ndef scale_mask_softmax_kernel(*args, **kwargs):\n    pass\n",
+                                              "must be one @triton.jit function"),
+        "the kernel rebound to a PyTorch function": (_sol("05") + "\n\nclass _K:\n    def __getitem__(self, grid):\n"
+                                                     "        return lambda *a, **k: None\n\n\n"
+                                                     "scale_mask_softmax_kernel = _K()\n", "bound again"),
     },
     "06": {
         "no max subtraction": (_edit("06", "    z = x - m\n", "    z = x\n"), "60-100"),
