@@ -780,7 +780,16 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
                 raise ValueError(f"returned {got.dtype} values, not numbers")
             if case.call.get("expect_dtype") and rep.get("dtype") != case.call["expect_dtype"]:
                 raise ValueError(f"output dtype {rep.get('dtype')}, expected {case.call['expect_dtype']}")
+            gap = None
+            if case.call.get("row_cols") and got.ndim == 2 and got.shape[1] > case.call["row_cols"]:
+                got, gap = got[:, :case.call["row_cols"]], got[:, case.call["row_cols"]:]   # see trusted_launchers
             bad = case.judge(got)
+            if gap is not None and not np.isnan(gap).all():
+                r, c = np.argwhere(~np.isnan(gap))[0]
+                bad = (f"the kernel wrote past the end of row {r}: column {case.call['row_cols'] + c} of a row of "
+                       f"{case.call['row_cols']} (the lanes from n_cols to BLOCK must not be stored: mask= on the "
+                       "tl.store; and a row starts at row * stride, which the checker makes larger than n_cols)"
+                       + (f"; and {bad}" if bad else ""))
             if bad and case.call.get("poisoned") and got.size and np.isnan(got).all():
                 bad = (f"the kernel wrote nothing: every output is still the NaN the checker filled it with before "
                        f"launching {case.call['poisoned']} (it launches the kernel itself, as the scaffold's wrapper "
@@ -996,10 +1005,12 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
         request = {"kind": "python", "module": Path(path).name, "torch": uses_torch,
                    "device": "cuda" if gpu else "cpu", "interpret": uses_torch and not gpu, "calls": _stage(cases, box),
                    "trusted_launch": number in TRITON_KERNELS}
-        for case in cases:  # which kernel wrote a case's poisoned output, for the judge's words
+        for case in cases:  # for the judge: which kernel wrote a case's output, and the row it must fill
             if number in TRITON_KERNELS:
                 case.call["poisoned"] = TRITON_KERNELS[number][0 if case.call["fn"] in ("scale_mask_softmax",
                                                                                         "log_softmax") else -1]
+                if case.call["fn"] != "cross_entropy":
+                    case.call["row_cols"] = int(case.inputs[case.call["args"][0]["array"]].shape[1])
         run = sandbox.run_child(box, request, timeout, gpu=gpu, hide=hide, on_progress=on_progress)
         run.box, run.timeout = box, timeout
         run.judge_clock = {f"c{i}": _judge_clock(case, Path(path).name, text, timeout, hide)

@@ -43,30 +43,44 @@ class RefuseCoursePackage:
 def trusted_launchers(mod, torch, triton):
     """The scaffolds' launches of exercises 05 and 06, in the checker's code: the checker calls a
     learner's kernels through these, never through the learner's wrappers (an answer that PyTorch
-    computes beside an empty kernel is no answer), with every output poisoned with NaN first (a
-    kernel that writes nothing shows). The kernels' signatures are the scaffolds'."""
+    computes beside an empty kernel is no answer). The kernels' signatures are the scaffolds'.
+    Every row of an input and an output lies in a row of block + 1 elements (block: the kernel's
+    BLOCK), the gap after it filled with NaN, and every output is NaN before the launch: a kernel
+    that writes nothing shows, one that indexes rows by n_cols instead of the stride reads and
+    writes the wrong places, and one that stores its lanes past n_cols writes into the gap. What
+    comes back is the whole padded output; the parent judges the row and checks the gap."""
     ignore_index = -100  # the exercise's, whatever the learner's file sets
+    nan = float("nan")
+
+    def padded(x):
+        rows, cols = x.shape
+        buf = torch.full((rows, triton.next_power_of_2(cols) + 1), nan, dtype=x.dtype, device=x.device)
+        buf[:, :cols] = x
+        return buf[:, :cols]
 
     def scale_mask_softmax(x, scale, causal=True, q_len=None):
         rows, cols = x.shape
-        out = torch.full_like(x, float("nan"))
+        x = padded(x)
+        out = padded(torch.full_like(x, nan))
         mod.scale_mask_softmax_kernel[(rows,)](out, x, cols, x.stride(0), scale, q_len or rows, CAUSAL=causal,
                                                BLOCK=triton.next_power_of_2(cols))
-        return out
+        return out.as_strided((rows, x.stride(0)), (x.stride(0), 1))
 
     def log_softmax(x):
         rows, cols = x.shape
-        out = torch.full_like(x, float("nan"))
+        x = padded(x)
+        out = padded(torch.full_like(x, nan))
         mod.log_softmax_kernel[(rows,)](out, x, cols, x.stride(0), BLOCK=triton.next_power_of_2(cols))
-        return out
+        return out.as_strided((rows, x.stride(0)), (x.stride(0), 1))
 
     def loss_and_grad(logits, targets):
         rows, cols = logits.shape
-        loss = torch.full((rows,), float("nan"), dtype=torch.float32, device=logits.device)
-        grad = torch.full_like(logits, float("nan"))
+        logits = padded(logits)
+        loss = torch.full((rows,), nan, dtype=torch.float32, device=logits.device)
+        grad = padded(torch.full_like(logits, nan))
         mod.cross_entropy_kernel[(rows,)](loss, grad, logits, targets.to(torch.int32), cols, logits.stride(0),
                                           ignore_index, BLOCK=triton.next_power_of_2(cols))
-        return loss, grad
+        return loss, grad.as_strided((rows, logits.stride(0)), (logits.stride(0), 1))
     return {"scale_mask_softmax": scale_mask_softmax, "log_softmax": log_softmax,
             "cross_entropy": lambda logits, targets: loss_and_grad(logits, targets)[0],
             "cross_entropy_grad": lambda logits, targets: loss_and_grad(logits, targets)[1]}

@@ -147,6 +147,10 @@ WRONG = {
         "scale applied after the softmax": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float32)"), "scale"),
         "masked loads filled with 0 and kept": (_edit("05", "    keep = inside\n", "    keep = cols >= 0\n"), "tail"),
         "fp16 statistics": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float16) * scale"), "precision"),
+        "store without the tail mask": (_edit("05", "y.to(out_ptr.dtype.element_ty), mask=inside)",
+                                              "y.to(out_ptr.dtype.element_ty))"), "wrote past the end of row"),
+        "rows found by n_cols, not the stride": (_edit("05", "row * stride", "row * n_cols"),
+                                                 "a row starts at row * stride"),
         # the answer computed by PyTorch in the wrapper, the kernel left empty or taken away
         "PyTorch in the wrapper, an empty kernel": (TORCH_05 + "\n\n@triton.jit\ndef scale_mask_softmax_kernel("
                                                     "out_ptr, in_ptr, n_cols, stride, scale, q_len, CAUSAL: tl.constexpr, "
@@ -178,6 +182,8 @@ WRONG = {
                                          "row 2 has target ignore_index"),
         "no max in the loss and the gradient": (_edit("06", "    e = tl.exp(x - m)\n    s = tl.sum(e, axis=0)\n    lse = m + tl.log(s)",
                                                       "    e = tl.exp(x)\n    s = tl.sum(e, axis=0)\n    lse = tl.log(s)"), "max"),
+        "gradient stored without the tail mask": (_edit("06", "grad.to(grad_ptr.dtype.element_ty), mask=inside)",
+                                                        "grad.to(grad_ptr.dtype.element_ty))"), "wrote past the end of row"),
         "lanes past the tail loaded as 0": (_edit("06", "other=-float(\"inf\")).to(tl.float32)\n    m = tl.max(x, axis=0)\n    e =",
                                                   "other=0.0).to(tl.float32)\n    m = tl.max(x, axis=0)\n    e ="), "loaded as 0 and counted"),
     },
