@@ -172,10 +172,56 @@ def diagnose_block_reduction(got, x, block: int) -> str | None:
             signatures.append((e / group_sum(e, w, block // warp),
                                f"the sum was reduced over one warp ({warp} lanes) only: combine the {block // warp} "
                                "warps' partial sums too (block_sum)"))
-        for sig, words in signatures:
-            if np.allclose(got, sig, rtol=1e-4, atol=1e-7, equal_nan=True):
-                return words
-    return None
+        e = np.exp(x - whole_max)
+        signatures.append((e, "the exponentials were never divided by the row's sum (each output is exp(x - max); "
+                              "the sum must be reduced with block_sum and divided out)"))
+        partial = group_sum(e, t, block)
+        signatures.append((e / partial.max(axis=1, keepdims=True),
+                           "the partial sums were combined with a max, not a sum: reduce them with block_sum"))
+        return _one_or_all([words for sig, words in signatures
+                            if np.allclose(got, sig, rtol=1e-4, atol=1e-7, equal_nan=True)])
+
+
+def diagnose_mask_variant(got, x, q, lens, causal: bool, padded: bool) -> str | None:
+    """Exercise 02's mask mistakes, recognised by what they compute: the float64 masked softmax of a
+    mask written wrongly (query q[i] is row i's position, lens[i] its valid keys). None if none of
+    them matches."""
+    from . import reference as R
+
+    got, x = np.asarray(got, dtype=np.float64), np.asarray(x, dtype=np.float64)
+    c = np.arange(x.shape[1])[None, :]
+    q, lens = np.asarray(q)[:, None], np.asarray(lens)[:, None]
+
+    def softmax_keeping(keep, masked=-np.inf):
+        s = np.where(keep, x, masked)
+        out = np.zeros_like(s)
+        live = np.isfinite(s).any(axis=1)
+        out[live] = R.softmax(s[live], axis=1)
+        return out
+    pad = (c < lens) if padded else True
+    cau = (c <= q) if causal else True
+    signatures = []
+    if padded:
+        signatures.append((softmax_keeping(cau & (c <= lens)),
+                           "the padding mask is off by one: keys 0 .. len - 1 are valid, key len is padding (mask c >= len)"))
+    if causal:
+        signatures.append((softmax_keeping(pad & (c >= q)),
+                           "the causal mask is reversed: query q sees keys 0 .. q (mask c > q), not keys q and after"))
+        signatures.append((softmax_keeping(pad & (c < q)),
+                           "the causal mask is off by one: query q sees its own key q too (mask c > q, not c >= q)"))
+    signatures.append((softmax_keeping(pad & cau, masked=0.0),
+                       "masked scores were set to 0, which exp still counts (exp(0 - m) > 0): set them to -inf"))
+    with np.errstate(all="ignore"):
+        return _one_or_all([words for sig, words in signatures
+                            if got.shape == sig.shape and np.allclose(got, sig, rtol=1e-4, atol=1e-7, equal_nan=True)])
+
+
+def _one_or_all(matches: list) -> str | None:
+    """The mistake an output matches; where an input is too small to tell several apart (a row
+    shorter than the block, one column), each of them, said so."""
+    if len(matches) <= 1:
+        return matches[0] if matches else None
+    return "this input cannot tell apart: " + "; or ".join(matches)
 
 
 def diagnose_mask(got, ref) -> str | None:
@@ -554,7 +600,10 @@ def cases_cuda(number: str, rng, hidden: bool):
                                  "args": [_arr(f"x{k}", **{"as": "cupy"}), {"out": [rows, seq]}, {"int32": rows},
                                           {"int32": seq}, {"int32": seq}, {"int32": int(causal)},
                                           _arr(f"n{k}", **{"as": "cupy"}), {"int32": int(padded)}], "out_index": 1},
-                          lambda got, ref=ref: _with_hint(mismatch(got, ref), lambda: diagnose_mask(got, ref)),
+                          lambda got, ref=ref, hx=hx, lens=lens, causal=causal, padded=padded, seq=seq: _with_hint(
+                              mismatch(got, ref),
+                              lambda: diagnose_mask_variant(got, hx, np.arange(len(hx)) % seq, lens, causal, padded)
+                              or diagnose_mask(got, ref)),
                           {f"x{k}": hx, f"n{k}": lens}, hidden=k >= 6))
     return cases
 

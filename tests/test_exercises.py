@@ -232,15 +232,22 @@ WRONG = {
                                            "past the end" if not backend.detect().native else ""),
         "warp-only reductions": (_edit("01", "    m = block_max(m);\n", "    m = warp_allreduce(m, MaxOp());\n"),
                                  "reduced over one warp"),
+        "never divided by the sum": (_edit("01", "    s = block_sum(s);\n", "    s = 1.0f;\n"),
+                                     "never divided by the row's sum"),
+        "partial sums combined with a max": (_edit("01", "    s = block_sum(s);\n", "    s = block_max(s);\n"),
+                                             "combined with a max, not a sum"),
         "a loop that never ends": (_edit("01", "c < cols; c += BLOCK) yr[c]", "c < cols; c += 0) yr[c]"),
                                    "stopped after 8 s inside safe_softmax()", 8),
     },
     "02": {
         "no fully-masked guard": (_edit("02", "      if (st.m == A07_NEG_INF) out = 0.0f;\n", ""), "fully-masked"),
-        "causal mask off by one": (_edit("02", "c > q", "c >= q"), "causal"),
+        "causal mask off by one": (_edit("02", "c > q", "c >= q"), "the causal mask is off by one"),
         "mask in one loop only": (_edit("02", "      // BEGIN SOLUTION\n      if ((causal && c > q) || c >= len) v = A07_NEG_INF;\n      // END SOLUTION\n      float out",
                                         "      float out", 1), "writes the outputs"),
         "padding ignored": (_edit("02", " || c >= len", ""), "padding"),
+        "padding mask off by one": (_edit("02", "c >= len", "c > len"), "the padding mask is off by one"),
+        "masked scores set to 0": (_edit("02", "v = A07_NEG_INF;", "v = 0.0f;"), "masked scores were set to 0"),
+        "causal mask reversed": (_edit("02", "c > q", "q > c"), "the causal mask is reversed"),
     },
 }
 CASES = [(n, name) for n, wrongs in WRONG.items() for name in wrongs]
@@ -362,4 +369,7 @@ def test_the_mistake_diagnoses_stay_quiet_on_right_answers(rng):
     lens = np.array([700, 0, 1, 350, 10])
     ref = R.scale_mask_softmax(x, 1.0, R.padding_mask(lens, 700))
     assert check.diagnose_mask(ref, ref) is None
+    assert check.diagnose_mask_variant(ref, x, np.arange(5), lens, False, True) is None
+    causal = R.scale_mask_softmax(x, 1.0, R.causal_mask(5, 700) + R.padding_mask(lens, 700))
+    assert check.diagnose_mask_variant(causal, x, np.arange(5), lens, True, True) is None
     assert check._with_hint(None, lambda: "never asked") is None
