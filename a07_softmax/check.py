@@ -812,8 +812,12 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
             if rep.get("not_implemented") and todo:
                 out.append(Result(case.name, TODO, "raise NotImplementedError is still there", 0, case.points, case.hidden))
             else:
-                out.append(Result(case.name, FAIL, f"{rep.get('error', '')} ({rep.get('where', '')})".replace(" ()", ""),
-                                  0, case.points, case.hidden))
+                detail = f"{rep.get('error', '')} ({rep.get('where', '')})".replace(" ()", "")
+                kernel = case.call.get("poisoned")
+                if kernel and rep.get("error", "").startswith("TypeError") and kernel in rep.get("error", ""):
+                    detail += (f": the checker launches {kernel} with the scaffold's arguments, as its wrapper "
+                               "does; keep the kernel's signature")
+                out.append(Result(case.name, FAIL, detail, 0, case.points, case.hidden))
             continue
         # the child's own clock, and the judge's (a submission can stop the clocks of its own process)
         clock = getattr(run, "judge_clock", {}).get(cid, (0, []))

@@ -149,6 +149,9 @@ WRONG = {
         "fp16 statistics": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float16) * scale"), "precision"),
         "store without the tail mask": (_edit("05", "y.to(out_ptr.dtype.element_ty), mask=inside)",
                                               "y.to(out_ptr.dtype.element_ty))"), "wrote past the end of row"),
+        "the kernel's signature changed": (_edit("05", "def scale_mask_softmax_kernel(out_ptr, in_ptr, n_cols, stride, scale, q_len,",
+                                                 "def scale_mask_softmax_kernel(out_ptr, in_ptr, n_cols, stride, scale,").replace(
+            "row % q_len", "row % n_cols").replace("scale, q_len or rows,", "scale,"), "keep the kernel's signature"),
         "rows found by n_cols, not the stride": (_edit("05", "row * stride", "row * n_cols"),
                                                  "a row starts at row * stride"),
         # the answer computed by PyTorch in the wrapper, the kernel left empty or taken away
