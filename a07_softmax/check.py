@@ -1057,7 +1057,7 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
         gpu = bool(uses_torch and dev.torch_gpu and os.environ.get("TRITON_INTERPRET") != "1")
         request = {"kind": "python", "module": Path(path).name, "torch": uses_torch,
                    "device": "cuda" if gpu else "cpu", "interpret": uses_torch and not gpu, "calls": _stage(cases, box),
-                   "trusted_launch": number in TRITON_KERNELS}
+                   "trusted_launch": number in TRITON_KERNELS, "kernels": list(TRITON_KERNELS.get(number, ()))}
         for case in cases:  # for the judge: which kernel wrote a case's output, and the row it must fill
             if number in TRITON_KERNELS:
                 case.call["poisoned"] = TRITON_KERNELS[number][0 if case.call["fn"] in ("scale_mask_softmax",

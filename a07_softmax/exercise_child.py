@@ -152,6 +152,11 @@ def main(request_path):
         progress.write("import\n")
         sys.modules.pop("a07_softmax", None)
         sys.meta_path.insert(0, RefuseCoursePackage())
+        kernel_types = ()
+        if req.get("trusted_launch"):  # taken before the learner's code runs and can rebind names
+            from triton.runtime.interpreter import InterpretedFunction
+            from triton.runtime.jit import JITFunction
+            kernel_types = (JITFunction, InterpretedFunction)   # @triton.jit compiled, or interpreted
         try:
             import importlib.util
             spec = importlib.util.spec_from_file_location("submission", module_file)
@@ -166,6 +171,14 @@ def main(request_path):
         if req.get("trusted_launch"):
             import triton
             launchers = trusted_launchers(mod, torch, triton)
+            # the parent checked the source (one @triton.jit def, bound once); this catches a kernel
+            # swapped at run time (setattr, globals()) for something that is not a Triton kernel
+            for name in req.get("kernels", []):
+                kernel = getattr(mod, name, None)
+                if not any(issubclass(type(kernel), k) for k in kernel_types):
+                    report(id="import", error=f"TypeError: {name} is a {type(kernel).__name__} when the checker "
+                                              "launches it, not a @triton.jit kernel", where=os.path.basename(module_file))
+                    return 0
         for call in req["calls"]:
             progress.write(call["id"] + "\n")
             try:

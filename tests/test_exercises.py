@@ -160,6 +160,9 @@ WRONG = {
                                                     "BLOCK: tl.constexpr):\n    pass\n", "the kernel wrote nothing"),
         "PyTorch in the wrapper, no kernel": (TORCH_05 + "\n\ndef scale_mask_softmax_kernel(*args, **kwargs):\n    pass\n",
                                               "must be one @triton.jit function"),
+        "the kernel swapped at run time": (_sol("05") + "\n\nimport sys\nsetattr(sys.modules[__name__], 'scale_mask_' + "
+                                           "'softmax_kernel', type('K', (), {'__getitem__': lambda self, g: "
+                                           "(lambda *a, **k: None)})())\n", "not a @triton.jit kernel"),
         "the kernel rebound to a PyTorch function": (_sol("05") + "\n\nclass _K:\n    def __getitem__(self, grid):\n"
                                                      "        return lambda *a, **k: None\n\n\n"
                                                      "scale_mask_softmax_kernel = _K()\n", "bound again"),
