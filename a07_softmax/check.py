@@ -813,7 +813,7 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
                 out.append(Result(case.name, TODO, "raise NotImplementedError is still there", 0, case.points, case.hidden))
             else:
                 detail = f"{rep.get('error', '')} ({rep.get('where', '')})".replace(" ()", "")
-                kernel = case.call.get("poisoned")
+                kernel = case.call.get("launches")
                 if kernel and rep.get("error", "").startswith("TypeError") and kernel in rep.get("error", ""):
                     detail += (f": the checker launches {kernel} with the scaffold's arguments, as its wrapper "
                                "does; keep the kernel's signature")
@@ -843,9 +843,9 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
                        f"{case.call['row_cols']} (the lanes from n_cols to BLOCK must not be stored: mask= on the "
                        "tl.store; and a row starts at row * stride, which the checker makes larger than n_cols)"
                        + (f"; and {bad}" if bad else ""))
-            if bad and case.call.get("poisoned") and got.size and np.isnan(got).all():
+            if bad and case.call.get("launches") and got.size and np.isnan(got).all():
                 bad = (f"the kernel wrote nothing: every output is still the NaN the checker filled it with before "
-                       f"launching {case.call['poisoned']} (it launches the kernel itself, as the scaffold's wrapper "
+                       f"launching {case.call['launches']} (it launches the kernel itself, as the scaffold's wrapper "
                        f"does: the answer must be the kernel's tl.store) ({bad})")
             if not bad and any(o is None or o.shape != got.shape or not np.array_equal(o, got, equal_nan=True)
                                for o in clock[1]):
@@ -1060,7 +1060,7 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
                    "trusted_launch": number in TRITON_KERNELS, "kernels": list(TRITON_KERNELS.get(number, ()))}
         for case in cases:  # for the judge: which kernel wrote a case's output, and the row it must fill
             if number in TRITON_KERNELS:
-                case.call["poisoned"] = TRITON_KERNELS[number][0 if case.call["fn"] in ("scale_mask_softmax",
+                case.call["launches"] = TRITON_KERNELS[number][0 if case.call["fn"] in ("scale_mask_softmax",
                                                                                         "log_softmax") else -1]
                 if case.call["fn"] != "cross_entropy":
                     case.call["row_cols"] = int(case.inputs[case.call["args"][0]["array"]].shape[1])
