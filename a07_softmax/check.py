@@ -294,7 +294,24 @@ def diagnose_ce_loss(got, x, t) -> str | None:
                 "tl.where; a multiplication by 0 keeps a NaN)")
     keep = t != -100
     if not np.isfinite(got[keep]).all():
+        r = int(np.flatnonzero(keep & ~np.isfinite(got))[0])
+        if np.isfinite(x[r]).all() and np.isposinf(got[r]) and x[r].max() - x[r, t[r]] > 87:
+            return (f"row {r}'s loss came out inf where it is {x[r].max() - x[r, t[r]]:.0f} or so: its target's "
+                    "probability underflows to 0 in float32, so -log(softmax[t]) is inf; take the loss as "
+                    "logsumexp - x[t], from the logits")
         return "a loss came out inf or NaN: logsumexp needs the row's max subtracted before exp"
+    rows = np.flatnonzero(keep & np.isfinite(x).all(axis=1))
+    if rows.size:
+        xr, tr = x[rows], t[rows]
+        m = xr.max(axis=1)
+        log_sum = np.log(np.exp(xr - m[:, None]).sum(axis=1))
+        for wrong, words in ((m + log_sum - x[0, tr], "the target's logit was read from row 0 (in_ptr + t): read it "
+                                                     "from the row's own start, row * stride + t"),
+                             (log_sum - xr[np.arange(len(rows)), tr], "logsumexp is m + log(sum exp(x - m)): the max "
+                                                                       "subtracted before the exp must be added back")):
+            if not np.allclose(wrong, m + log_sum - xr[np.arange(len(rows)), tr]) and \
+                    np.allclose(got[rows], wrong, rtol=1e-4, atol=1e-4):
+                return words
     # the lanes between the row's end and the next power of two loaded as 0 and summed with the row
     block = 1 << max(0, int(np.ceil(np.log2(x.shape[1]))))
     if block > x.shape[1] and np.isfinite(x[keep]).all():
@@ -526,6 +543,8 @@ def cases_06(rng, hidden: bool):
         t[0], t[-1] = 0, vocab - 1          # targets at both ends of the vocabulary
         if big:
             hx[min(3, rows - 1), 7] = big
+            if t[min(3, rows - 1)] == 7:  # the big logit must not be the target: its row's p[t] is then tiny
+                t[min(3, rows - 1)] = 8 % vocab
         for r in ignore:
             t[r] = -100
         if masked_ignored:  # a padding row: every logit -inf, target ignored (must give 0, not NaN)
@@ -548,6 +567,8 @@ def cases_06(rng, hidden: bool):
     ce(6, 77, "6 x 77 (not a power of two), rows 2 and 4 ignored (target -100)", ignore=(2, 4))
     ce(4, 50, "4 x 50, row 1 is padding (every logit -inf, target ignored)", ignore=(1,), masked_ignored=True)
     ce(3, 50, "3 x 50, every logit below -20 (the lanes past the tail must not count)", low=True)
+    ce(8, 300, "8 x 300, row 3 holds a logit of 150 (its target's probability underflows float32)", big=150.0,
+       what="loss")
     if hidden:
         ce(int(rng.integers(5, 20)), int(rng.integers(100, 3000)), "hidden, random shape, one row ignored", big=120.0,
            ignore=(2,))

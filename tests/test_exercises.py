@@ -188,6 +188,14 @@ WRONG = {
                                          "row 2 has target ignore_index"),
         "no max in the loss and the gradient": (_edit("06", "    e = tl.exp(x - m)\n    s = tl.sum(e, axis=0)\n    lse = m + tl.log(s)",
                                                       "    e = tl.exp(x)\n    s = tl.sum(e, axis=0)\n    lse = tl.log(s)"), "max"),
+        "loss as -log of the probability (underflows)": (
+            _edit("06", "tl.store(loss_ptr + row, tl.where(ignored, 0.0, lse - x_t))",
+                  "tl.store(loss_ptr + row, tl.where(ignored, 0.0, -tl.log(tl.sum(tl.where(cols == t, e / s, 0.0), axis=0))))"),
+            "underflows to 0 in float32"),
+        "target logit read from row 0": (_edit("06", "x_t = tl.sum(tl.where(cols == t, x, 0.0), axis=0)",
+                                               "x_t = tl.load(in_ptr + t).to(tl.float32)"), "read from row 0"),
+        "logsumexp without the max added back": (_edit("06", "lse = m + tl.log(s)", "lse = tl.log(s)"),
+                                                 "must be added back"),
         "gradient stored without the tail mask": (_edit("06", "grad.to(grad_ptr.dtype.element_ty), mask=inside)",
                                                         "grad.to(grad_ptr.dtype.element_ty))"), "wrote past the end of row"),
         "lanes past the tail loaded as 0": (_edit("06", "other=-float(\"inf\")).to(tl.float32)\n    m = tl.max(x, axis=0)\n    e =",
@@ -378,4 +386,10 @@ def test_the_mistake_diagnoses_stay_quiet_on_right_answers(rng):
     assert check.diagnose_mask_variant(ref, x, np.arange(5), lens, False, True) is None
     causal = R.scale_mask_softmax(x, 1.0, R.causal_mask(5, 700) + R.padding_mask(lens, 700))
     assert check.diagnose_mask_variant(causal, x, np.arange(5), lens, True, True) is None
+    logits = rng.normal(0, 8, size=(6, 77))
+    logits[3, 7] = 150.0
+    t = np.array([0, 5, -100, 9, 40, 76])
+    loss, grad = check.ce_reference(logits, t)
+    assert check.diagnose_ce_loss(loss, logits, t) is None
+    assert check.diagnose_ce_grad(grad, logits, t) is None
     assert check._with_hint(None, lambda: "never asked") is None
