@@ -318,7 +318,12 @@ def diagnose_ce_loss(got, x, t) -> str | None:
         padded = np.concatenate([x[keep], np.zeros((int(keep.sum()), block - x.shape[1]))], axis=1)
         m = padded.max(axis=1)
         wrong = m + np.log(np.exp(padded - m[:, None]).sum(axis=1)) - x[keep, t[keep]]
-        if np.allclose(got[keep], wrong, rtol=1e-4, atol=1e-4):
+        xk = x[keep]
+        mk = xk.max(axis=1)
+        right = mk + np.log(np.exp(xk - mk[:, None]).sum(axis=1)) - xk[np.arange(len(xk)), t[keep]]
+        # only where the zeros change the answer: rows far above 0 hide them, and a right answer must
+        # never be taken for this mistake
+        if not np.allclose(wrong, right, rtol=1e-4, atol=1e-4) and np.allclose(got[keep], wrong, rtol=1e-4, atol=1e-4):
             return ("the lanes past the row's end were loaded as 0 and counted in the max and the sum: load them "
                     "as -inf (other=-float(\"inf\")) so they add nothing")
     return None
