@@ -392,4 +392,7 @@ def test_the_mistake_diagnoses_stay_quiet_on_right_answers(rng):
     loss, grad = check.ce_reference(logits, t)
     assert check.diagnose_ce_loss(loss, logits, t) is None
     assert check.diagnose_ce_grad(grad, logits, t) is None
+    lsm_in = logits.copy()
+    lsm_in[1] = -np.inf
+    assert check.diagnose_log_softmax(R.log_softmax(lsm_in), lsm_in) is None
     assert check._with_hint(None, lambda: "never asked") is None
