@@ -27,8 +27,9 @@ def online_vectorized(xs):
     ### BEGIN SOLUTION
     xs = np.asarray(xs, dtype=np.float64)
     m = np.maximum.accumulate(xs)
-    ref = xs.max()
-    return m, np.cumsum(np.exp(xs - ref)) * np.exp(ref - m)
+    # log(sum_{j <= i} exp(x_j)) of every prefix, accumulated without overflow or underflow;
+    # moved onto each prefix's own max, it is s
+    return m, np.exp(np.logaddexp.accumulate(xs) - m)
     ### END SOLUTION
 
 
