@@ -525,12 +525,20 @@ def cases_05(rng, hidden: bool):
     return _calls_with_kwargs(out)
 
 
+# The Triton exercises' calls -> the kernel the checker launches for each (exercise_child's
+# trusted_launchers), and whether its output is a row of the input's width (checked for writes past it)
+LAUNCHES = {"scale_mask_softmax": ("scale_mask_softmax_kernel", True), "log_softmax": ("log_softmax_kernel", True),
+            "cross_entropy": ("cross_entropy_kernel", False), "cross_entropy_grad": ("cross_entropy_kernel", True)}
+
+
 def _calls_with_kwargs(items):
     cases = []
     for name, fn, inputs, args, judge in items:
         kwargs = next((a["kw"] for a in args if isinstance(a, dict) and "kw" in a), {})
         extra = next((a for a in args if isinstance(a, dict) and "expect_dtype" in a), {})
         args = [a for a in args if not (isinstance(a, dict) and ("kw" in a or "expect_dtype" in a))]
+        kernel, rows_out = LAUNCHES[fn]
+        extra = {**extra, "launches": kernel, **({"row_cols": int(inputs[args[0]["array"]].shape[1])} if rows_out else {})}
         cases.append(Case(name, {"fn": fn, "args": args, "kwargs": kwargs, **extra}, judge, inputs,
                           hidden=name.startswith("hidden")))
     return cases
@@ -1095,12 +1103,6 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
         request = {"kind": "python", "module": Path(path).name, "torch": uses_torch,
                    "device": "cuda" if gpu else "cpu", "interpret": uses_torch and not gpu, "calls": _stage(cases, box),
                    "trusted_launch": number in TRITON_KERNELS, "kernels": list(TRITON_KERNELS.get(number, ()))}
-        for case in cases:  # for the judge: which kernel wrote a case's output, and the row it must fill
-            if number in TRITON_KERNELS:
-                case.call["launches"] = TRITON_KERNELS[number][0 if case.call["fn"] in ("scale_mask_softmax",
-                                                                                        "log_softmax") else -1]
-                if case.call["fn"] != "cross_entropy":
-                    case.call["row_cols"] = int(case.inputs[case.call["args"][0]["array"]].shape[1])
         run = sandbox.run_child(box, request, timeout, gpu=gpu, hide=hide, on_progress=on_progress)
         run.box, run.timeout = box, timeout
         run.judge_clock = {f"c{i}": _judge_clock(case, Path(path).name, text, timeout, hide)

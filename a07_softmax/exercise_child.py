@@ -58,20 +58,23 @@ def trusted_launchers(mod, torch, triton):
         buf[:, :cols] = x
         return buf[:, :cols]
 
+    def with_gaps(t):  # a padded row's view widened to the whole padded row, gap included
+        return t.as_strided((t.shape[0], t.stride(0)), (t.stride(0), 1))
+
     def scale_mask_softmax(x, scale, causal=True, q_len=None):
         rows, cols = x.shape
         x = padded(x)
         out = padded(torch.full_like(x, nan))
         mod.scale_mask_softmax_kernel[(rows,)](out, x, cols, x.stride(0), scale, q_len or rows, CAUSAL=causal,
                                                BLOCK=triton.next_power_of_2(cols))
-        return out.as_strided((rows, x.stride(0)), (x.stride(0), 1))
+        return with_gaps(out)
 
     def log_softmax(x):
         rows, cols = x.shape
         x = padded(x)
         out = padded(torch.full_like(x, nan))
         mod.log_softmax_kernel[(rows,)](out, x, cols, x.stride(0), BLOCK=triton.next_power_of_2(cols))
-        return out.as_strided((rows, x.stride(0)), (x.stride(0), 1))
+        return with_gaps(out)
 
     def loss_and_grad(logits, targets):
         rows, cols = logits.shape
@@ -80,7 +83,7 @@ def trusted_launchers(mod, torch, triton):
         grad = padded(torch.full_like(logits, nan))
         mod.cross_entropy_kernel[(rows,)](loss, grad, logits, targets.to(torch.int32), cols, logits.stride(0),
                                           ignore_index, BLOCK=triton.next_power_of_2(cols))
-        return loss, grad.as_strided((rows, logits.stride(0)), (logits.stride(0), 1))
+        return loss, with_gaps(grad)
     return {"scale_mask_softmax": scale_mask_softmax, "log_softmax": log_softmax,
             "cross_entropy": lambda logits, targets: loss_and_grad(logits, targets)[0],
             "cross_entropy_grad": lambda logits, targets: loss_and_grad(logits, targets)[1]}
