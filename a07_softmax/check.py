@@ -26,7 +26,7 @@ import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -1010,7 +1010,38 @@ def _stage(cases, box: Path):
 
 # exercise -> the @triton.jit kernels it asks for. The checker launches them itself (exercise_child's
 # trusted_launchers), so each must be a kernel the file defines, not rebound to anything else.
-TRITON_KERNELS = {"05": ("scale_mask_softmax_kernel",), "06": ("log_softmax_kernel", "cross_entropy_kernel")}
+# The kernels of the Triton exercises, each with the parameters the checker launches it with
+# (exercise_child.trusted_launchers: the scaffold's launch): the leading ones by position (a learner
+# may rename them), the constexprs after them by name.
+class KernelSignature(NamedTuple):
+    positional: tuple
+    by_name: tuple
+
+
+TRITON_KERNELS = {
+    "05": {"scale_mask_softmax_kernel": KernelSignature(
+        ("out_ptr", "in_ptr", "n_cols", "stride", "scale", "q_len"), ("CAUSAL", "BLOCK"))},
+    "06": {"log_softmax_kernel": KernelSignature(("out_ptr", "in_ptr", "n_cols", "stride"), ("BLOCK",)),
+           "cross_entropy_kernel": KernelSignature(
+               ("loss_ptr", "grad_ptr", "in_ptr", "target_ptr", "n_cols", "stride", "ignore_index"), ("BLOCK",))},
+}
+
+
+def _signature_problem(name: str, fn, want: KernelSignature) -> str | None:
+    """What keeps the checker's launch from binding to this def (ast), or None. Judged here from the
+    source, so the message is the same in the interpreter and on a GPU (whose launcher words a
+    mismatch as "dynamic_func() got multiple values for argument ...")."""
+    a = fn.args
+    names = [p.arg for p in a.posonlyargs + a.args]
+    ok = (not a.vararg and not a.kwarg and not a.kwonlyargs and len(names) == len(want.positional) + len(want.by_name)
+          and sorted(names[len(want.positional):]) == sorted(want.by_name))
+    if ok:
+        return None
+    theirs = ", ".join(names + ([f"*{a.vararg.arg}"] if a.vararg else []) + [p.arg for p in a.kwonlyargs]
+                       + ([f"**{a.kwarg.arg}"] if a.kwarg else []))
+    return (f"{name} takes ({theirs}) here, the scaffold's ({', '.join(want.positional + want.by_name)}): the "
+            f"checker launches it with the scaffold's arguments ({len(want.positional)} by position, then "
+            f"{', '.join(want.by_name)} by name), as its wrapper does; keep the kernel's signature")
 
 
 def _not_jit_kernels(text: str, names) -> str | None:
@@ -1040,6 +1071,8 @@ def _not_jit_kernels(text: str, names) -> str | None:
         elif rebinds:
             problems.append(f"{name} is bound again after its @triton.jit definition (line {rebinds[0].lineno}): "
                             "the checker launches the kernel the file defines")
+        elif isinstance(names, dict) and _signature_problem(name, defs[0], names[name]):
+            problems.append(_signature_problem(name, defs[0], names[name]))
     return "; ".join(problems) or None
 
 
@@ -1102,7 +1135,7 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
         gpu = bool(uses_torch and dev.torch_gpu and os.environ.get("TRITON_INTERPRET") != "1")
         request = {"kind": "python", "module": Path(path).name, "torch": uses_torch,
                    "device": "cuda" if gpu else "cpu", "interpret": uses_torch and not gpu, "calls": _stage(cases, box),
-                   "trusted_launch": number in TRITON_KERNELS, "kernels": list(TRITON_KERNELS.get(number, ()))}
+                   "trusted_launch": number in TRITON_KERNELS, "kernels": list(TRITON_KERNELS.get(number, {}))}
         run = sandbox.run_child(box, request, timeout, gpu=gpu, hide=hide, on_progress=on_progress)
         run.box, run.timeout = box, timeout
         run.judge_clock = {f"c{i}": _judge_clock(case, Path(path).name, text, timeout, hide)

@@ -158,6 +158,7 @@ WRONG = {
         "the kernel's signature changed": (_edit("05", "def scale_mask_softmax_kernel(out_ptr, in_ptr, n_cols, stride, scale, q_len,",
                                                  "def scale_mask_softmax_kernel(out_ptr, in_ptr, n_cols, stride, scale,").replace(
             "row % q_len", "row % n_cols").replace("scale, q_len or rows,", "scale,"), "keep the kernel's signature"),
+        "a constexpr renamed": (_edit("05", "CAUSAL", "IS_CAUSAL"), "keep the kernel's signature"),
         "rows found by n_cols, not the stride": (_edit("05", "row * stride", "row * n_cols"),
                                                  "a row starts at row * stride"),
         # the answer computed by PyTorch in the wrapper, the kernel left empty or taken away
@@ -402,3 +403,16 @@ def test_the_mistake_diagnoses_stay_quiet_on_right_answers(rng):
     lsm_in[1] = -np.inf
     assert check.diagnose_log_softmax(R.log_softmax(lsm_in), lsm_in) is None
     assert check._with_hint(None, lambda: "never asked") is None
+
+
+def test_the_checkers_kernel_signatures_are_the_scaffolds_and_names_by_position_are_free():
+    """check.TRITON_KERNELS is what the trusted launchers bind to: it must be the scaffolds' and the
+    solutions' signatures, and renaming a parameter passed by position is no mistake."""
+    for number, kernels in check.TRITON_KERNELS.items():
+        for folder in ("exercises", "solutions"):
+            text = (ROOT / folder / check.EXERCISES[number]).read_text()
+            assert check._not_jit_kernels(text, kernels) is None, (folder, number)
+    text = (ROOT / "solutions" / check.EXERCISES["05"]).read_text()
+    assert check._not_jit_kernels(text.replace("in_ptr", "x_ptr"), check.TRITON_KERNELS["05"]) is None
+    dropped = check._not_jit_kernels(text.replace("scale, q_len,\n", "scale,\n"), check.TRITON_KERNELS["05"])
+    assert dropped and "keep the kernel's signature" in dropped and "6 by position" in dropped, dropped
