@@ -32,10 +32,33 @@ def sources_sha256(extra=()) -> dict:
     return {key: hashlib.sha256(files[key].read_bytes()).hexdigest() for key in sorted(files)}
 
 
-def stale_sources(recorded: dict) -> list:
-    """Paths whose current sha256 differs from the recorded one (or that vanished)."""
+# Results measured from part of the sources, as patterns over the keys they record: a result named
+# here is stale only when one of these changed. The attention and backward runs: their own modules,
+# the Triton softmax (naive attention; the backward's forward), the timing and checking code, and
+# (attention) Lab 4's CUDA/HIP source, the headers it includes on a GPU, and its launcher. The labs'
+# runs (make run-cuda, the row-grid sweep): Lab 1 and Lab 2's sources and headers and their
+# launcher. None of them launches the fast family. Every other result (the softmax, scale-mask and
+# cross-entropy benchmarks, the notebooks, the sanitizer, the traffic) runs the fast family or
+# everything, and depends on every source it recorded.
+_TIMING = ("a07_softmax/accuracy.py", "a07_softmax/bench.py", "a07_softmax/constants.py")
+_HEADERS = ("common/online_softmax.h", "common/portability.h", "common/course_constants.h")
+DEPENDS = {
+    "attention": _TIMING + _HEADERS + ("a07_softmax/triton_softmax.py", "cuda/attention.cu", "hip/attention.cpp",
+                                       "a07_softmax/native.py") + tuple(f"a07_softmax/{m}" for m in ATTENTION_SOURCES),
+    "backward": _TIMING + ("a07_softmax/triton_softmax.py",) + tuple(f"a07_softmax/{m}" for m in BACKWARD_SOURCES),
+    "labs": _TIMING + _HEADERS + ("common/lab_host.h", "cuda/softmax.cu", "cuda/fused_softmax.cu", "hip/softmax.cpp",
+                                  "hip/fused_softmax.cpp", "a07_softmax/native.py", "a07_softmax/labs.py"),
+}
+
+
+def stale_sources(recorded: dict, depends: str | None = None) -> list:
+    """Paths whose current sha256 differs from the recorded one (or that vanished); with `depends`
+    (a key of DEPENDS), only among the paths that result depends on."""
+    import fnmatch
+
     now = sources_sha256(ATTENTION_SOURCES + CROSS_ENTROPY_SOURCES + BACKWARD_SOURCES)
-    return [p for p, h in recorded.items() if now.get(p) != h]
+    keys = [p for p in recorded if depends is None or any(fnmatch.fnmatch(p, pat) for pat in DEPENDS[depends])]
+    return [p for p in keys if now.get(p) != recorded[p]]
 
 
 def dram_peak_gbps() -> float | None:

@@ -50,7 +50,8 @@ def test_committed_run_logs_name_gpu_date_versions_and_fresh_sources(name):
     assert "# gpu: NVIDIA H200" in text and "# date: " in text and "# versions: " in text
     recorded = provenance.parse_header(text)
     assert recorded, "no sha256 lines in the header"
-    assert not provenance.stale_sources(recorded), f"{name} is older than {provenance.stale_sources(recorded)}"
+    stale = provenance.stale_sources(recorded, DEPENDS_OF_RUN.get(name))
+    assert not stale, f"{name} is older than {stale}"
 
 
 def test_the_sanitizer_found_nothing_in_every_kernel_the_course_ships():
@@ -77,6 +78,28 @@ def test_schema_check_catches_mistakes():
     errs = " ".join(results.schema_errors(d))
     for words in ("versions.triton", "runs[0].ms", "runs[0].op", "does not name its source"):
         assert words in errs
+
+
+# results measured from part of the sources (provenance.DEPENDS); the others depend on all they recorded
+DEPENDS_OF_RUN = {"attention.json": "attention", "sweeps_attention.txt": "attention", "backward.json": "backward",
+                  "run-cuda.txt": "labs", "sweeps_row_grid.txt": "labs"}
+
+
+def test_a_partial_result_is_stale_exactly_when_a_source_it_depends_on_changes():
+    now = provenance.sources_sha256(provenance.ATTENTION_SOURCES + provenance.BACKWARD_SOURCES)
+    for depends, own, other in (("attention", "cuda/attention.cu", "cuda/softmax_fast.cu"),
+                                ("attention", "common/online_softmax.h", "a07_softmax/fast.py"),
+                                ("backward", "a07_softmax/triton_backward.py", "cuda/attention.cu"),
+                                ("labs", "cuda/fused_softmax.cu", "cuda/softmax_fast.cu")):
+        for path in (own, other):
+            assert path in now
+            changed = {**now, path: "0" * 64}
+            assert provenance.stale_sources(changed) == [path]
+            assert provenance.stale_sources(changed, depends) == ([path] if path == own else []), (depends, path)
+    for depends, patterns in provenance.DEPENDS.items():   # every pattern names a source (no typo hides one)
+        import fnmatch
+
+        assert all(any(fnmatch.fnmatch(p, pat) for p in now) for pat in patterns), depends
 
 
 def test_stale_detection(tmp_path):
@@ -291,7 +314,8 @@ def test_lab4_cross_entropy_and_backward_runs_are_fresh_and_checked(name):
     assert d["gpu"] == "NVIDIA H200" and d["date"] and d["versions"]["torch"]
     kernel = KERNEL_OF_RUN[name]
     assert kernel in d["sources_sha256"], "the run did not record its own kernel's source"
-    assert not provenance.stale_sources(d["sources_sha256"]), provenance.stale_sources(d["sources_sha256"])
+    stale = provenance.stale_sources(d["sources_sha256"], DEPENDS_OF_RUN.get(name))
+    assert not stale, f"{name} is older than {stale}"
     bad = [(r["impl"], r.get("seq", r.get("vocab", r.get("cols"))), r["max_rel_err"]) for r in d["runs"]
            if not r["max_rel_err"] < 2e-2]
     assert not bad, bad
