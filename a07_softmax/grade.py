@@ -3,7 +3,9 @@
 The layout is DIR/<learner>/<NN_name.ext>, the exercise files under their usual names
 (01_safe_softmax.cu, 04_online_trace.py, ...). Everything else (files loose in DIR, nested folders,
 misnamed files, hidden folders such as .ipynb_checkpoints) is listed as "not graded", never dropped
-silently.
+silently. A submission must be the file itself: a symbolic link (an upload's archive can carry one,
+pointing at the course's solutions/), a FIFO or a device, or a file larger than any exercise is
+graded 0 with the reason, and a learner's folder that is a link is not graded.
 
 Every file is read once, before anything runs, and each submission is then checked by the trusted
 checker (check.run_check with hidden=True): the learner's code runs in its own sandboxed child
@@ -24,6 +26,7 @@ import csv
 import io
 import os
 import re
+import stat
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +38,29 @@ import numpy as np
 from . import check, sandbox
 
 OUTPUTS = {"grades.csv", "totals.csv", "grades.md", "feedback"}
+MAX_BYTES = 1 << 20  # an exercise file is a few KB; anything larger is not one
+
+
+class Refused(Exception):
+    """A submission the grader will not read, and why (graded 0, status error)."""
+
+
+def read_submission(path: Path) -> bytes:
+    """The bytes of a regular file, read without following a symbolic link (O_NOFOLLOW: also when the
+    file is swapped for one after it was listed) and without waiting on a FIFO (O_NONBLOCK)."""
+    if path.is_symlink():
+        raise Refused(f"a symbolic link (to {os.readlink(path)}): a submission must be the file itself")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise Refused(f"cannot be opened as a file ({e.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise Refused("not a regular file (a FIFO, socket or device): a submission must be the file itself")
+        if st.st_size > MAX_BYTES:
+            raise Refused(f"{st.st_size} bytes: larger than any exercise file ({MAX_BYTES} bytes at most)")
+        return fh.read(MAX_BYTES + 1)
 
 
 @dataclass
@@ -57,7 +83,7 @@ def max_points(number: str) -> int:
 
 
 def collect(folder: Path):
-    """(submissions {(learner, number): bytes}, not_graded [(path, why)], learners)."""
+    """(submissions {(learner, number): bytes, or the Refused reason}, not_graded [(path, why)], learners)."""
     names = {name: number for number, name in check.EXERCISES.items()}
     subs, skipped, learners = {}, [], []
     for entry in sorted(folder.iterdir()):
@@ -67,6 +93,9 @@ def collect(folder: Path):
         if entry.name.startswith("."):
             skipped.append((rel, "hidden file or folder (not a learner)"))
             continue
+        if entry.is_symlink():
+            skipped.append((rel, f"a symbolic link (to {os.readlink(entry)}): each learner's folder must be a real folder"))
+            continue
         if not entry.is_dir():
             skipped.append((rel, "a file directly in DIR: each learner's files go in DIR/<learner>/"))
             continue
@@ -75,10 +104,13 @@ def collect(folder: Path):
             frel = f"{entry.name}/{f.name}"
             if f.name.startswith("."):
                 skipped.append((frel, "hidden file or folder"))
-            elif f.is_dir():
+            elif f.is_dir() and not f.is_symlink():
                 skipped.append((frel, "a nested folder: exercise files must sit directly in DIR/<learner>/"))
             elif f.name in names:
-                subs[(entry.name, names[f.name])] = f.read_bytes()
+                try:
+                    subs[(entry.name, names[f.name])] = read_submission(f)
+                except Refused as e:
+                    subs[(entry.name, names[f.name])] = e
             elif (m := re.match(r"(\d\d)[_-]", f.name)) and m.group(1) in check.EXERCISES:
                 skipped.append((frel, f"misnamed: exercise {m.group(1)} must be called {check.EXERCISES[m.group(1)]}"))
             else:
@@ -86,7 +118,10 @@ def collect(folder: Path):
     return subs, skipped, learners
 
 
-def grade_one(learner: str, number: str, content: bytes, staging: Path, hide, timeout: float) -> Row:
+def grade_one(learner: str, number: str, content, staging: Path, hide, timeout: float) -> Row:
+    if isinstance(content, Refused):
+        return Row(learner, number, 0, max_points(number), "error", f"not graded: {content}",
+                   f"Exercise {number}: not graded: {content}")
     folder = staging / f"{len(learner)}-{abs(hash((learner, number)))}"
     folder.mkdir()
     path = folder / check.EXERCISES[number]

@@ -104,6 +104,17 @@ def graded(tmp_path_factory):
     (folder / "cheater_cuda").mkdir()
     (folder / "cheater_cuda" / "01_safe_softmax.cu").write_text(
         '#include "../solutions/01_safe_softmax.cu"\n')
+    # not the file itself: a link to the solution (an archive can carry one), a learner's folder that
+    # is a link to solutions/ (whose files carry the exercises' names), a FIFO, a huge file
+    for name in LINKS:
+        (folder / name).mkdir()
+        link, target = folder / name / "04_online_trace.py", ROOT / "solutions" / "04_online_trace.py"
+        link.symlink_to(target if name == "links_to_the_solution" else os.path.relpath(target, link.parent))
+    (folder / "folder_link").symlink_to(ROOT / "solutions", target_is_directory=True)
+    (folder / "fifo").mkdir()
+    os.mkfifo(folder / "fifo" / "04_online_trace.py")
+    (folder / "huge").mkdir()
+    (folder / "huge" / "04_online_trace.py").write_text(SOLUTION_04 + "#" * (2 << 20) + "\n")
     # layouts that must be reported, not dropped
     (folder / "loose.py").write_text("x = 1\n")
     (folder / ".ipynb_checkpoints").mkdir()
@@ -128,6 +139,24 @@ def test_the_solution_scores_full_marks(graded):
 def test_every_attack_scores_below_full_marks(graded, attack):
     r = graded["rows"][(attack, "04")]
     assert r.points < r.max_points and r.status != "passed", (attack, r)
+
+
+LINKS = ("links_to_the_solution", "links_relative")
+REFUSED = {**{name: "symbolic link" for name in LINKS}, "fifo": "not a regular file", "huge": "larger than any exercise"}
+
+
+@pytest.mark.parametrize("learner", sorted(REFUSED))
+def test_a_submission_that_is_not_the_file_itself_is_refused_not_read(graded, learner):
+    """The grader reads a submission itself, with the course's rights: a link must not make it read the
+    solution on the learner's behalf, a FIFO must not hang it. Refused with the reason, 0 points."""
+    r = graded["rows"][(learner, "04")]
+    assert r.points == 0 and r.status == "error" and REFUSED[learner] in r.first_failure, r
+    assert "not graded" in r.feedback
+
+
+def test_a_learner_folder_that_is_a_link_is_not_graded(graded):
+    assert not [k for k in graded["rows"] if k[0] == "folder_link"]
+    assert any(p == "folder_link" and "symbolic link" in why for p, why in graded["skipped"])
 
 
 def test_a_solution_file_cannot_be_included(graded):
