@@ -162,12 +162,21 @@ def grade(folder: Path, timeout: float = check.TIMEOUT_S, workers: int | None = 
     return rows, skipped
 
 
+def spreadsheet_text(s) -> str:
+    """A text cell as a spreadsheet must show it, not run it: a learner's folder name or an error
+    message of their code that starts with =, +, -, @ (or a tab / carriage return) would be taken
+    for a formula by Excel or LibreOffice opening grades.csv; a leading apostrophe keeps it text."""
+    s = str(s)
+    return "'" + s if s[:1] in ("=", "+", "-", "@", "\t", "\r") else s
+
+
 def write(folder: Path, rows, skipped, sandboxed: bool):
     with open(folder / "grades.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["learner", "exercise", "points", "max_points", "status", "first_failure"])
         for r in rows:
-            w.writerow([r.learner, r.exercise, r.points, r.max_points, r.status, r.first_failure])
+            w.writerow([spreadsheet_text(r.learner), r.exercise, r.points, r.max_points, r.status,
+                        spreadsheet_text(r.first_failure)])
     totals = {}
     for r in rows:
         p, m = totals.get(r.learner, (0, 0))
@@ -176,7 +185,7 @@ def write(folder: Path, rows, skipped, sandboxed: bool):
         w = csv.writer(fh)
         w.writerow(["learner", "points", "max_points"])
         for learner, (p, m) in sorted(totals.items()):
-            w.writerow([learner, p, m])
+            w.writerow([spreadsheet_text(learner), p, m])
     fb = folder / "feedback"
     fb.mkdir(exist_ok=True)
     for learner in totals:

@@ -213,3 +213,16 @@ def test_hidden_inputs_differ_between_gradings():
     b = check.CASES["05"](np.random.default_rng(2), True)
     assert len(a) == len(b) and sum(c.points for c in a) == grade.max_points("05")
     assert any(not np.array_equal(x, y) for ca, cb in zip(a, b) for x, y in zip(ca.inputs.values(), cb.inputs.values()))
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_kept_as_text(tmp_path):
+    """A learner folder named like a formula (its files are the learner's) must not become one in
+    grades.csv or totals.csv; everything else is written as it is."""
+    rows = [grade.Row("=HYPERLINK(\"x\")", "04", 0, 17, "failed", "@SUM(A1)"),
+            grade.Row("bob", "04", 17, 17, "passed", "")]
+    grade.write(tmp_path, rows, [], False)
+    with open(tmp_path / "grades.csv", newline="") as fh:
+        table = list(csv.reader(fh))
+    assert table[1][0] == "'=HYPERLINK(\"x\")" and table[1][5] == "'@SUM(A1)" and table[2][0] == "bob"
+    with open(tmp_path / "totals.csv", newline="") as fh:
+        assert [r[0] for r in csv.reader(fh)][1:] == ["'=HYPERLINK(\"x\")", "bob"]
