@@ -732,10 +732,24 @@ def cases_07(rng, hidden: bool):
             ("m never updated", "m was never updated, so each tile threw away the tiles before it: "
                                 "set m = m_new at the end of the update"))]
 
-        def judge(got, want=want, sigs=sigs):
+        # Keys from the block's end on (padding, or above the causal diagonal) are never visited by the
+        # tiled loop: they hold NaN here, as padding memory may. An answer that reads them (a whole
+        # row of scores at once, tiles past causal_key_end) comes out NaN; the references above were
+        # formed from the clean keys.
+        end = min(n, q0 + m_rows) if causal else n
+        k, v = k.copy(), v.copy()
+        k[end:], v[end:] = np.nan, np.nan
+
+        def judge(got, want=want, sigs=sigs, end=end, s_len=s_len):
             got = np.asarray(got, dtype=np.float64)
             if got.shape != want.shape:
                 return f"output shape {got.shape}, expected {want.shape}"
+            if end < s_len and np.isnan(got).any():
+                r = int(np.argwhere(np.isnan(got))[0][0])
+                return (f"row {r} came out NaN: keys {end}..{s_len - 1} lie past this block's end (key padding, or "
+                        "above the causal diagonal) and hold NaN here, as padding memory may. The tiled loop never "
+                        "reads them; yours did (scores for the whole row at once, or p @ v over keys the mask had "
+                        "zeroed: 0 * NaN is NaN)")
             dead = ~want.any(axis=1)
             if dead.any() and not np.all(got[dead] == 0):
                 return ("a row that sees no key must be exactly zeros (got NaN or values): guard the -inf max "

@@ -232,6 +232,11 @@ WRONG = {
                                        "p = np.exp(s - m_ref[:, None]).astype(np.float32)"), "float64's tolerance"),
         "causal end past the valid keys": (_edit("07", "return min(n_keys, q_end)", "return q_end"),
                                            "min(n_keys, q_end)"),
+        "a whole row of scores at once (no tiles)": (_edit("07", "    end = causal_key_end(",
+            "    keep = (np.arange(len(k))[None, :] < n_keys) & ((np.arange(len(k))[None, :] <= rows[:, None]) if causal "
+            "else True)\n    s = np.where(keep, q @ k.T * scale, -np.inf)\n    mx = s.max(axis=1, keepdims=True)\n"
+            "    p = np.exp(s - np.where(np.isneginf(mx), 0.0, mx))\n    l = p.sum(axis=1, keepdims=True)\n"
+            "    return (p @ v) / np.where(l == 0, 1.0, l)\n    end = causal_key_end("), "past this block's end"),
         "the course's reference does the block": (_edit("07", "import numpy as np\n",
                                                         "import numpy as np\nfrom a07_softmax import reference as R\n").replace(
             "    end = causal_key_end(", "    return np.stack([R.attention_row_tiled(r, v, tile) for r in np.where("
