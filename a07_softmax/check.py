@@ -1022,11 +1022,10 @@ def _stage(cases, box: Path):
     return calls
 
 
-# exercise -> the @triton.jit kernels it asks for. The checker launches them itself (exercise_child's
-# trusted_launchers), so each must be a kernel the file defines, not rebound to anything else.
-# The kernels of the Triton exercises, each with the parameters the checker launches it with
-# (exercise_child.trusted_launchers: the scaffold's launch): the leading ones by position (a learner
-# may rename them), the constexprs after them by name.
+# exercise -> the @triton.jit kernels it asks for, each with the parameters the checker launches it
+# with. The checker launches them itself (exercise_child.trusted_launchers: the scaffold's launch), so
+# each must be a kernel the file defines, not rebound to anything else, taking the leading parameters
+# by position (a learner may rename them) and the constexprs after them by name.
 class KernelSignature(NamedTuple):
     positional: tuple
     by_name: tuple
@@ -1085,8 +1084,8 @@ def _not_jit_kernels(text: str, names) -> str | None:
         elif rebinds:
             problems.append(f"{name} is bound again after its @triton.jit definition (line {rebinds[0].lineno}): "
                             "the checker launches the kernel the file defines")
-        elif isinstance(names, dict) and _signature_problem(name, defs[0], names[name]):
-            problems.append(_signature_problem(name, defs[0], names[name]))
+        elif isinstance(names, dict) and (wrong := _signature_problem(name, defs[0], names[name])):
+            problems.append(wrong)
     return "; ".join(problems) or None
 
 
