@@ -7,7 +7,6 @@ A kernel is driven by a generated main() that reads its inputs from raw files, l
 a07cpu::launch, and writes its output. Argument kinds, in the kernel's parameter order:
   ("in", dtype)   a const input array (float32 or int32), read from a file
   ("out", shape)  a float32 output array, poisoned with NaN before the launch
-  ("inout", dtype) an array the kernel updates in place, read from a file and written back
   ("i32", v), ("i64", v), ("f32", v)   scalars
   ("null", ctype)  a null pointer of that C type (an optional input left out)
 ("in"/"out" take float32, int32, int64, float16 or bfloat16; 16-bit values travel as their raw bits.)
@@ -70,13 +69,6 @@ def driver_source(source_name: str, kernel: str, kinds) -> str:
             lines.append(f"  const char* p{i} = argv[a++]; size_t n{i} = std::strtoull(argv[a++], nullptr, 10);")
             lines.append(f"  auto v{i} = a07cpu::read<{store}>(p{i}, n{i});")
             call.append(f"(const {ctype}*)v{i}.data()")
-        elif kind == "inout":  # read like "in", passed writable, written back like "out"
-            ctype, store = CTYPES[what]
-            lines.append(f"  const char* p{i} = argv[a++]; size_t n{i} = std::strtoull(argv[a++], nullptr, 10);")
-            lines.append(f"  auto v{i} = a07cpu::read<{store}>(p{i}, n{i});")
-            lines.append(f"  v{i}.resize(n{i} + a07cpu::GUARD, a07cpu::poison<{store}>());  // a guard past the end")
-            call.append(f"({ctype}*)v{i}.data()")
-            outs.append(i)
         elif kind == "out":  # what: the dtype (None: float32)
             ctype, store = CTYPES[what or "float32"]
             lines.append(f"  const char* p{i} = argv[a++]; size_t n{i} = std::strtoull(argv[a++], nullptr, 10);")
@@ -149,11 +141,6 @@ def argv(exe: Path, grid: int, block: int, kinds, values, work: Path):
             path = work / f"out{i}.bin"
             cmd += [str(path), str(int(np.prod(v)))]
             outs.append((i, path, tuple(v), what or "float32"))
-        elif kind == "inout":  # the array goes in and its new values come back in the same file
-            path = work / f"inout{i}.bin"
-            as_stored(v, what).tofile(path)
-            cmd += [str(path), str(int(np.size(v)))]
-            outs.append((i, path, tuple(np.shape(v)), what))
         elif kind != "null":
             cmd.append(repr(float(v)) if kind == "f32" else str(int(v)))
     return cmd, outs

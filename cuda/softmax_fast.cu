@@ -43,8 +43,6 @@
 //   Softmax                    softmax_fast_<strategy>                p
 //   ScaleMask                  scale_mask_softmax_fast_<strategy>     softmax(x * scale + mask) over
 //                                                                    the visible columns, 0 elsewhere
-//   Scaled                     scaled_softmax_fast_<strategy>         softmax(x * scale), scale > 0
-//                                                                    (the same with nothing masked)
 //   CrossEntropy               cross_entropy_fast_<strategy>          the gradient, and one loss a row
 //                              cross_entropy_loss_fast_<strategy>     one loss a row (no gradient)
 //
@@ -187,34 +185,6 @@ struct SoftmaxRow {
 struct SoftmaxOp {
   using Row = SoftmaxRow;
   __device__ __forceinline__ Row row(int, int) const { return Row{}; }
-};
-
-// y = softmax(x * scale) for scale > 0, every column visible: scale_mask_softmax when nothing
-// masks. A vector needs no work of its own here (no span to test, no mask to add): the scale goes
-// into the exp's factor, max(x * scale) = (max x) * scale, and the row streams like the plain
-// softmax. ScaleMaskRow's per-vector span tests cost the 16-bit block rows their occupancy
-// (40 registers against 32) and ran 8 to 12 % slower there (docs/performance.md). The host
-// (fast.scale_mask_softmax) takes this row only for a positive scale; RowBits (16-bit clusters)
-// asks for score() instead, the scaled value.
-struct ScaledRow {
-  using State = MS;
-  static constexpr bool SCORES = true, OUTPUTS = false, SUMS = false, WRITES = true;
-  float scale = 1.0f;
-  __device__ __forceinline__ bool reads(int c0, int, int cols) const { return c0 < cols; }
-  template <class T> __device__ __forceinline__ void see(const T*, int, int) {}
-  __device__ __forceinline__ float score(int, float x) const { return x * scale; }
-  template <int VECS, int N, bool ALIGNED>
-  __device__ __forceinline__ void score_part(float*, int, int, int) const {}  // folded into the exp
-  __device__ __forceinline__ float exp_factor() const { return scale * LOG2E; }
-  __device__ __forceinline__ float state_max(float m) const { return m * scale; }
-  __device__ __forceinline__ void reduced(MS, bool) {}
-  __device__ __forceinline__ float out(int, float p) const { return p; }
-  template <class T> __device__ __forceinline__ void stored(T*) const {}
-};
-struct ScaledOp {
-  float scale;
-  using Row = ScaledRow;
-  __device__ __forceinline__ Row row(int, int) const { return Row{scale}; }
 };
 
 // y = softmax(x * scale + mask) over the columns a query may see, 0 elsewhere: Lab 2's operation
@@ -881,28 +851,9 @@ __device__ __forceinline__ void twopass_row(const T* __restrict__ x, T* __restri
 
 A07_ROW_KERNELS(softmax_fast, (), SoftmaxOp{})
 A07_ROW_KERNELS(scale_mask_softmax_fast, A07_SCALE_MASK_PARAMS, A07_SCALE_MASK_OP)
-// scale_mask_softmax with nothing masked and a positive scale
-A07_ROW_KERNELS(scaled_softmax_fast, (, float scale), (ScaledOp{scale}))
 A07_ROW_KERNELS(cross_entropy_fast, A07_CROSS_ENTROPY_PARAMS, A07_CROSS_ENTROPY_OP(true))
 // the loss alone: the logits read once, nothing written but one float a row (y is not touched)
 A07_ROW_KERNELS(cross_entropy_loss_fast, A07_CROSS_ENTROPY_PARAMS, A07_CROSS_ENTROPY_OP(false))
-
-// The backward of the fused cross-entropy: the gradient its forward stored, times the upstream
-// gradient, in place: g[row] *= factor[per_row ? row : 0]. A factor of exactly 1 (loss.backward()
-// of a mean or a sum) leaves the row untouched and costs no memory traffic; the host never asks
-// what the factor is (that would wait for the GPU). The rare other factors take the plain
-// element-by-element loop: one read and one write of the gradient either way.
-template <class T>
-__global__ void __launch_bounds__(256) scale_rows_fast(T* __restrict__ g, int rows, int cols,
-                                                       const float* __restrict__ factor, int per_row) {
-  if (!per_row && factor[0] == 1.0f) return;
-  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
-    const float f = factor[per_row ? row : 0];
-    if (f == 1.0f) continue;
-    T* gr = g + row * cols;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) gr[c] = Vec<T>::from_float(Vec<T>::scalar(gr[c]) * f);
-  }
-}
 
 // The control for "faster than the copy": a device-to-device copy of n 16-byte vectors whose loads
 // carry the same L2 hint as the kernels above (load16_if). The benchmark times it beside the plain

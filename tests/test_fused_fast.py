@@ -113,9 +113,6 @@ def test_scale_mask_softmax_over_the_whole_finite_range(rng, dtype):
     keep = _visible(8, cols, 8, True, 0, None)
     got = fast.scale_mask_softmax_on_cpu(x, 1.0, dtype, causal=True)
     _check(got, _expected(_rounded(x, dtype), 1.0, keep), dtype, f"{dtype} scores up to {big:g}")
-    got = fast.scale_mask_softmax_on_cpu(x, 0.5, dtype)                  # nothing masked: the scaled kernel
-    _check(got, _expected(_rounded(x, dtype), 0.5, np.ones_like(keep)), dtype,
-           f"{dtype} scores up to {big:g}, nothing masked, scale 0.5")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -143,8 +140,6 @@ def test_each_cpu_strategy_and_the_element_path(rng, strategy, cols, aligned):
     got = fast.scale_mask_softmax_on_cpu(np.where(keep, x, np.nan), 1.0, causal=True, valid_len=vl, q_len=4,
                                          strategy=strategy, aligned=None if aligned else False)
     _check(got, _expected(x, 1.0, keep), "float32", f"{strategy}, aligned={aligned}")
-    got = fast.scale_mask_softmax_on_cpu(x, 0.7, strategy=strategy, aligned=None if aligned else False)
-    _check(got, _expected(x, 0.7, np.ones_like(keep)), "float32", f"{strategy}, aligned={aligned}, nothing masked")
 
 
 def test_bad_mask_arguments_are_clear_errors(rng):
@@ -270,43 +265,6 @@ def test_the_target_gradient_is_formed_in_fp32_in_every_dtype():
         _, grad = fast.cross_entropy_on_cpu(x, t, dtype)
         _, ref = CE.reference(x, t, reduction="none")
         assert abs(grad[0, 5] - ref[0, 5]) <= accuracy.tolerance(dtype) * abs(ref[0, 5]), dtype
-
-
-def _scale_rows_on_cpu(g, factor, dtype, grid):
-    kinds = [("inout", dtype), ("i32", None), ("i32", None), ("in", "float32"), ("i32", None)]
-    key = ("scale_rows", dtype)
-    if key not in _SCALE_BUILDS:
-        work = cpu_target.scratch()
-        name = f"scale_rows_fast<{fast.DTYPES[dtype][0]}>"
-        _SCALE_BUILDS[key] = (cpu_target.build(fast.native.ROOT / fast.SOURCE["CUDA"], name, kinds, work), work)
-    exe, work = _SCALE_BUILDS[key]
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory(dir=work) as run_dir:
-        out = cpu_target.run(exe, grid, 64, kinds, [g, *g.shape, np.asarray(factor, np.float32), int(np.size(factor) > 1)],
-                             Path(run_dir))
-    return out[0]
-
-
-_SCALE_BUILDS: dict = {}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_the_backward_scale_kernel_on_the_cpu(rng, dtype):
-    """scale_rows_fast, cross-entropy's backward on the CUDA path: rows times the upstream gradient,
-    in place, a factor of exactly 1 leaving its row as it was. Fewer blocks (3) than rows (7), and
-    rows (101) longer than a block (64 threads) and not a multiple of it: every row and column must
-    be reached.
-    Per-row factors start with a 1, so a kernel that judged every row by the first factor fails."""
-    g = _rounded(rng.normal(0, 3, size=(7, 101)), dtype)
-    # factors of few bits: each product is exact in fp32, so it is rounded to the dtype once, as here
-    for factor, why in ((np.array([1.0]), "a scalar 1: untouched"), (np.array([0.375]), "a scalar"),
-                        (np.array([1.0, 2.0, 0.0, -1.5, 1.0, 0.5, np.nan]), "one factor a row")):
-        got = _scale_rows_on_cpu(g, factor, dtype, grid=3)
-        want = _rounded(g * (factor[:, None] if factor.size > 1 else factor[0]), dtype)
-        wrong = sorted(set(np.nonzero(~np.isclose(got, want, rtol=0, atol=0, equal_nan=True))[0].tolist()))
-        assert not wrong, f"{dtype}, {why}: rows {wrong} of 7 not scaled by their factor"
 
 
 # ------------------------------------------------------------------------------------------------
