@@ -88,6 +88,45 @@ def test_kernel_and_autograd_against_float64(rng, dtype, what, rows, vocab, scal
         assert _grad_err(grad, ref_grad) <= accuracy.tolerance(dtype), where
 
 
+UPSTREAM = ["mean, upstream 1 (nothing to scale)", "mean, upstream 0.37", "none, one upstream value a row",
+            "none, summed (an expanded upstream: stride 0)", "none, weighted sum"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("how", UPSTREAM)
+def test_the_backward_scales_the_stored_gradient_by_any_upstream(rng, dtype, how):
+    """The backward multiplies the gradient the forward stored by the upstream gradient, whatever
+    shape autograd hands it: a scalar (1 or not), one value a row, or the stride-0 expansion that
+    loss.sum() gives a per-row loss. A backward that scaled by the first factor alone, or not at
+    all, fails here: a row whose factor is 1 stands among others."""
+    x = _logits(rng, 7, 1000)
+    t = _targets(rng, 7, 1000)
+    xt = torch.tensor(x).to(dtype).to(DEVICE)
+    seen = xt.double().cpu().numpy()
+    leaf = xt.clone().requires_grad_(True)
+    tt = torch.tensor(t).to(DEVICE)
+    w = rng.normal(size=7)
+    w[0] = 1.0                                         # a row whose factor is 1 among others
+    if how.startswith("mean"):
+        up = 1.0 if "upstream 1" in how else 0.37
+        CE.cross_entropy(leaf, tt).backward(torch.tensor(up, device=DEVICE))
+        _, ref = CE.reference(seen, t)
+        ref = ref * up
+    else:
+        loss = CE.cross_entropy(leaf, tt, reduction="none")
+        if "one upstream" in how:
+            loss.backward(torch.tensor(w, dtype=torch.float32, device=DEVICE))
+        elif "summed" in how:
+            loss.sum().backward()
+            w = np.ones(7)
+        else:
+            (loss * torch.tensor(w, dtype=torch.float32, device=DEVICE)).sum().backward()
+        _, ref = CE.reference(seen, t, reduction="none")
+        ref = ref * w[:, None]
+    assert _grad_err(leaf.grad.float().cpu().numpy(), ref) <= accuracy.tolerance(dtype), \
+        f"the gradient is not the stored one times the upstream gradient ({how}, {dtype})"
+
+
 def test_an_all_ignored_batch_is_nan_with_zero_gradient_as_in_pytorch(rng):
     x = _logits(rng, 3, 20)
     t = np.full(3, -100)
