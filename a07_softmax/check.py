@@ -47,6 +47,9 @@ TODO_MD = "_(your answer here)_"
 # seconds one exercise's checks may take together (a07 check --timeout, A07_CHECK_TIMEOUT)
 TIMEOUT_S = int(os.environ.get("A07_CHECK_TIMEOUT", "45"))
 PASS, FAIL, TODO, SKIP, ERROR, TIMEOUT = "PASS", "FAIL", "NOT IMPLEMENTED YET", "NOT RUN", "ERROR", "TIMEOUT"
+# written prose (an explanation, a proof) that no program can judge: for a person to read, worth no
+# points of its own, and never reported as passed
+READ = "FOR A PERSON TO READ"
 # the headers a CUDA drill may include: the course's own device code, nothing else
 ALLOWED_INCLUDES = {"online_softmax.h", "portability.h", "course_constants.h"}
 
@@ -1184,14 +1187,142 @@ MD_ANSWERS = {
                      (4096 * 8192 * 4, "one read and one write: 2 traversals")]),
 }
 MD_EXPECTED = {k: v[0] for k, v in MD_ANSWERS.items()}
-# what a derivation must state, in any of the usual notations (checked leniently: the words are the
-# learner's; the key expressions must be there)
-MD_DERIVATIONS = {
-    "1. Derive the update": ("the update: m' = max(m, x) and the old sum rescaled by exp(m - m')",
-                             [r"max", r"(exp|e\^|e\*\*|ℯ)"]),
-    "2. Prove it equals the 3-pass result": ("the induction: an invariant that holds after every element",
-                                            [r"(induct|invariant|assume|suppose|holds)", r"max"]),
+# The update of section 1 as formulas over the state (m, s) and the new element x, evaluated on the
+# states below: every ordering of x against m, the first element (the empty state -inf, 0), a jump
+# of 700 (exp of a raw score overflows there), scores near 800. s_new is evaluated with the true
+# m_new, so that a mistake in one formula is not counted against the other.
+MD_STATES = [(-np.inf, 0.0, 3.0), (-np.inf, 0.0, -2.5), (2.0, 1.5, 12.0), (12.0, 1.1, 2.0), (4.0, 2.0, 4.0),
+             (-3.0, 1.0, -1.0), (0.0, 3.7, 700.0), (800.0, 1.2, 805.0), (805.0, 2.5, 800.0), (-7.0, 1.9, -9.0)]
+
+
+def _update_truth(m, s, x):
+    m_new = max(m, x)
+    return m_new, s * float(np.exp(m - m_new)) + float(np.exp(x - m_new))
+
+
+# formula -> (the truth, [(a wrong formula learners write, the hint it earns)]); a wrong formula is
+# recognised by what it computes on MD_STATES, whatever way it is written
+MD_FORMULAS = {
+    "m_new": (lambda m, s, x, m_new: max(m, x), [
+        ("x", "m_new = x forgets the old max when x is smaller than it: the running max never falls"),
+        ("m", "m_new = m never takes a larger x as the new max"),
+        ("m + x", "the new max is the larger of m and x, max(m, x)")]),
+    "s_new": (lambda m, s, x, m_new: _update_truth(m, s, x)[1], [
+        ("s + exp(x - m_new)", "the old sum was not rescaled when the max moved: its terms were exp(x_k - m), "
+                               "and against m_new each is multiplied by exp(m - m_new)"),
+        ("s * exp(m_new - m) + exp(x - m_new)", "the rescale factor is inverted: the old sum shrinks when the "
+                                                "max grows, by exp(m - m_new), which is at most 1"),
+        ("s * exp(m - m_new) + exp(x - m)", "the new term was taken against the old max: it is exp(x - m_new)"),
+        ("s + exp(x - m)", "neither the old sum rescaled nor the new term taken against the new max"),
+        ("s * exp(m - x) + 1", "right only when x is the new max: when x <= m the update is "
+                               "s + exp(x - m), so write it with m_new"),
+        ("s * exp(m - m_new) + exp(x - m_new) - 1", "off by the new element: its term is exp(x - m_new)")]),
 }
+# What the prose sections ask for: written by the learner and read by a person (READ), never judged
+# by a program (a keyword test passed the classic wrong update, s' = s + exp(x - m'), as "stated").
+MD_DERIVATIONS = {
+    "1. Derive the update": "the update explained: why the old sum is multiplied by exp(m - m')",
+    "2. Prove it equals the 3-pass result": "the induction: an invariant that holds after every element",
+}
+
+_FORMULA_FUNCS = {"exp": np.exp, "log": np.log, "max": max, "min": min, "abs": abs}
+
+
+def _formula(text: str, names):
+    """A learner's formula as a function of `names`, or a reason it is not one. Only arithmetic,
+    numbers, the names and _FORMULA_FUNCS are accepted (the text is parsed, never executed as
+    Python): math notation is read as Python (^ as a power, the prime of m' as m_new, · and − as *
+    and -), and e alone is Euler's number."""
+    import ast
+    import operator
+
+    src = (text.replace("^", "**").replace("\u00b7", "*").replace("\u00d7", "*").replace("\u2212", "-")
+           .replace("m'", "m_new").replace("`", ""))
+    try:
+        tree = ast.parse(src, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None, f"'{_clip(text)}' is not a formula I can read (write it in Python syntax, e.g. exp(a - b) * c)"
+    binops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+              ast.Pow: operator.pow}
+    allowed = set(names) | {"e"}
+
+    def build(node):
+        if isinstance(node, ast.Expression):
+            return build(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return lambda env, v=float(node.value): v
+        if isinstance(node, ast.Name):
+            if node.id not in allowed:
+                raise ValueError(f"'{node.id}' is not one of {', '.join(sorted(allowed))}")
+            return (lambda env: float(np.e)) if node.id == "e" and "e" not in names else (lambda env, k=node.id: env[k])
+        if isinstance(node, ast.BinOp) and type(node.op) in binops:
+            f, a, b = binops[type(node.op)], build(node.left), build(node.right)
+            return lambda env: f(a(env), b(env))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            a, sign = build(node.operand), -1.0 if isinstance(node.op, ast.USub) else 1.0
+            return lambda env: sign * a(env)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FORMULA_FUNCS
+                and node.args and not node.keywords):
+            f, args = _FORMULA_FUNCS[node.func.id], [build(a) for a in node.args]
+            return lambda env: f(*(a(env) for a in args))
+        raise ValueError(f"'{_clip(ast.unparse(node))}' is not arithmetic over {', '.join(sorted(allowed))} and "
+                         f"{', '.join(_FORMULA_FUNCS)}")
+    try:
+        fn = build(tree)
+    except (ValueError, RecursionError) as e:
+        return None, str(e)
+
+    def call(**env):
+        with np.errstate(all="ignore"):
+            try:
+                return float(fn({k: np.float64(v) for k, v in env.items()}))
+            except (OverflowError, ZeroDivisionError, ValueError, TypeError):
+                return float("nan")
+    return call, None
+
+
+def _clip(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def _formula_values(fn, states):
+    """fn on each (m, s, x) state, s_new formulas given the true m_new."""
+    return np.array([fn(m=m, s=s, x=x, m_new=max(m, x)) for m, s, x in states])
+
+
+def _close(got, want):
+    return np.allclose(got, want, rtol=1e-9, atol=0.0, equal_nan=True)  # the truth is never NaN
+
+
+def check_formula(key: str, text: str) -> Result:
+    truth, wrongs = MD_FORMULAS[key]
+    name = f"{key}: the update of section 1 as a formula"
+    names = ("m", "s", "x") + (("m_new",) if key == "s_new" else ())
+    fn, problem = _formula(text, names)
+    if fn is None:
+        return Result(name, FAIL, problem)
+    got, want = _formula_values(fn, MD_STATES), _formula_values(truth, MD_STATES)
+    if _close(got, want):
+        return Result(name, PASS, "", 1)
+    for wrong, hint in wrongs:
+        sig, _ = _formula(wrong, names)
+        if _close(got, _formula_values(sig, MD_STATES)):
+            return Result(name, FAIL, hint)
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if not np.isclose(g, w, rtol=1e-9, atol=0.0)]
+    if all(MD_STATES[i][0] == -np.inf for i in bad):
+        why = ("an exponent such as x - m is +inf there; write each exponent against m_new (at most 0)"
+               if key == "s_new" else "max(-inf, x) is x there")
+        return Result(name, FAIL, f"wrong for the first element only ({got[bad[0]]:.6g} where it should be "
+                                  f"{want[bad[0]]:.6g}): it starts from the empty state m = -inf, s = 0; {why}")
+    k = bad[0]
+    m, s, x = MD_STATES[k]
+    where = f"at m = {m:g}, s = {s:g}, x = {x:g}"
+    if not np.isfinite(got[k]):
+        fine = [i for i, (mm, _, xx) in enumerate(MD_STATES) if abs(max(mm, xx)) < 50]
+        if _close(got[fine], want[fine]):
+            return Result(name, FAIL, f"right for small scores, {got[k]:g} {where}: exp of a raw score overflows "
+                                      "(exp(800) is inf); keep every exponent a difference that is at most 0")
+    return Result(name, FAIL, f"{key} comes out {got[k]:.6g} {where}; work it through for that state")
 
 
 def _section(text: str, title: str) -> str:
@@ -1232,17 +1363,23 @@ def check_markdown(text: str):
             side = "too large" if val > expected else "too small"
             hint = f"{raw} is {side}; recompute it step by step (the notebook 03 trace shows the method)"
         results.append(Result(key, FAIL, hint))
-    open_prose = text.count(TODO_MD)
-    for title, (what, patterns) in MD_DERIVATIONS.items():
-        body = _section(text, title)
-        if TODO_MD in body or not body.strip():
-            results.append(Result(f"derivation {title[:2].strip('.')}: {what}", TODO,
-                                  f"section '{title}' still reads {TODO_MD}"))
+    for key in MD_FORMULAS:
+        raw = answers.get(key)
+        if raw is None:
+            results.append(Result(f"{key}: the update of section 1 as a formula", ERROR,
+                                  f"'{key} = ...' line missing from the answers block"))
+        elif raw in ("", "?"):
+            results.append(Result(f"{key}: the update of section 1 as a formula", TODO, "still '?'"))
         else:
-            missing = [p for p in patterns if not re.search(p, body, re.I)]
-            results.append(Result(f"derivation {title[:2].strip('.')}: {what}", FAIL if missing else PASS,
-                                  f"section '{title}' does not state {what}" if missing else "", 0 if missing else 1))
-    del open_prose
+            results.append(check_formula(key, raw))
+    for title, what in MD_DERIVATIONS.items():
+        body = _section(text, title)
+        name = f"section {title[:2].strip('.')}: {what}"
+        if TODO_MD in body or not body.strip():
+            results.append(Result(name, TODO, f"section '{title}' still reads {TODO_MD}", 0, 0))
+        else:
+            results.append(Result(name, READ, "written; the checker does not judge it: your instructor reads it",
+                                  0, 0))
     return results
 
 
@@ -1294,5 +1431,8 @@ def report(number: str, path: Path, results, file=None) -> bool:
                "failed": "some checks failed", "error": "errors (above): the code did not run to the end",
                "timeout": "stopped: out of time (above)",
                "incomplete": f"incomplete: {len(not_run)} check(s) could not run here; {not_run[0].detail if not_run else ''}"}[st]
+    to_read = sum(r.verdict == READ for r in results)
+    if to_read:
+        summary += f"; {to_read} written answer(s) for a person to read"
     print(f"  => {summary} ({got}/{most} points)", file=file)
     return st == "passed"

@@ -78,7 +78,7 @@ def max_points(number: str) -> int:
     """The most an exercise can score when graded (public and hidden checks): the same for every
     submission, whatever it got to."""
     if number == "03":
-        return len(check.MD_ANSWERS) + len(check.MD_DERIVATIONS)
+        return len(check.MD_ANSWERS) + len(check.MD_FORMULAS)  # the prose is read by a person: no points
     return sum(c.points for c in check.CASES[number](np.random.default_rng(0), True))
 
 
@@ -133,7 +133,7 @@ def grade_one(learner: str, number: str, content, staging: Path, hide, timeout: 
     got, most = check.points(results)
     most = max(most, max_points(number))
     first = next((f"{r.name}: {r.verdict}" + (f" ({r.detail.splitlines()[0][:160]})" if r.detail else "")
-                  for r in results if r.verdict != check.PASS), "")
+                  for r in results if r.verdict not in (check.PASS, check.READ)), "")
     text = io.StringIO()
     check.report(number, Path(learner) / check.EXERCISES[number], results, file=text)
     st = check.status(results)
@@ -203,6 +203,9 @@ def write(folder: Path, rows, skipped, sandboxed: bool):
           "| learner | exercise | points | status | first failure |", "|---|---|---|---|---|"]
     md += [f"| {cell(r.learner)} | {r.exercise} | {r.points}/{r.max_points} | {r.status} | {cell(r.first_failure)} |"
            for r in rows]
+    if any(r.exercise == "03" and r.status not in ("missing", "error") for r in rows):
+        md += ["", "Exercise 03's explanation and proof are not graded by the checker (no program judges "
+                   "prose): read them in each learner's submission; feedback/<learner>.txt says which were written."]
     md += ["", "## Totals", "", "| learner | points |", "|---|---|"]
     md += [f"| {cell(learner)} | {p}/{m} |" for learner, (p, m) in sorted(totals.items())]
     md += ["", "## Not graded", ""]

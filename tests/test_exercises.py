@@ -367,14 +367,68 @@ def test_markdown_answers_get_hints_not_answers_and_accept_rounding(tmp_path):
         r.max_points for r in check.run_check("03", check.find("03", solution=True)))
 
 
-def test_markdown_derivations_are_read(tmp_path):
+# The update formulas of exercise 03 that learners write, each with the words its verdict must carry:
+# a wrong one fails naming the mistake, a right one in another notation passes.
+WRONG_FORMULAS_03 = [
+    ("s_new", "s + exp(x - m_new)", "not rescaled"),
+    ("s_new", "s * exp(m_new - m) + exp(x - m_new)", "inverted"),
+    ("s_new", "s * exp(m - m_new) + exp(x - m)", "against the old max"),
+    ("s_new", "s + exp(x - m)", "neither"),
+    ("s_new", "s * exp(m - x) + 1", "only when x is the new max"),
+    ("s_new", "(s * exp(m) + exp(x)) / exp(m_new)", "overflows"),
+    ("s_new", "(s + exp(x - m)) * exp(m - m_new)", "first element"),
+    ("s_new", "s * exp(m - m_new) + 1", "m = 12, s = 1.1, x = 2"),
+    ("s_new", "s*exp(m-m_new)+exp(x-m_new", "not a formula"),
+    ("s_new", "__import__('os').system('true')", "not arithmetic"),
+    ("m_new", "x", "running max never falls"),
+    ("m_new", "m", "larger x"),
+    ("m_new", "min(m, x)", "m = -inf"),
+]
+RIGHT_FORMULAS_03 = [("m_new", "max(x, m)"), ("s_new", "s*e^(m - m') + e^(x - m')"),
+                     ("s_new", "s \u00b7 exp(m \u2212 m_new) + exp(x \u2212 m_new)"),
+                     ("s_new", "exp(log(s) + m - max(m, x)) + exp(x - max(m, x))")]
+
+
+@pytest.mark.parametrize("key,formula,words", WRONG_FORMULAS_03)
+def test_a_wrong_update_formula_fails_naming_the_mistake(tmp_path, key, formula, words):
+    sol = (ROOT / "solutions" / check.EXERCISES["03"]).read_text()
+    line = next(ln for ln in sol.splitlines() if ln.startswith(f"{key} = "))
+    f = tmp_path / "03.md"
+    f.write_text(sol.replace(line, f"{key} = {formula}"))
+    results = {r.name.split(":")[0]: r for r in check.run_check("03", f)}
+    assert results[key].verdict == check.FAIL and words in results[key].detail, results[key]
+    assert check.status(list(results.values())) == "failed"
+
+
+@pytest.mark.parametrize("key,formula", RIGHT_FORMULAS_03)
+def test_a_right_update_formula_in_other_notation_passes(key, formula):
+    assert check.check_formula(key, formula).verdict == check.PASS
+
+
+def test_markdown_prose_is_for_a_person_never_passed_by_the_checker(tmp_path):
+    """The explanation and the proof are written by the learner and read by a person: a keyword test
+    passed the classic wrong update (s' = s + exp(x - m'), which names both max and exp) as stated.
+    Written prose is marked for reading, worth no points and never PASS, and the classic mistake is
+    caught where it can be: in the formula."""
     sol = (ROOT / "solutions" / check.EXERCISES["03"]).read_text()
     body = sol.split("## 1. Derive the update")[1].split("## 2.")[0]
+    line = next(ln for ln in sol.splitlines() if ln.startswith("s_new = "))
+    wrong = sol.replace(body, "\nm' = max(m, x) and s' = s + exp(x - m'): the new term is added.\n\n").replace(
+        line, "s_new = s + exp(x - m_new)")
     f = tmp_path / "03.md"
-    f.write_text(sol.replace(body, "\nI think it just adds up.\n\n"))
-    results = {r.name: r for r in check.run_check("03", f)}
-    first = next(r for n, r in results.items() if n.startswith("derivation 1"))
-    assert first.verdict == check.FAIL and "does not state" in first.detail
+    f.write_text(wrong)
+    results = check.run_check("03", f)
+    prose = [r for r in results if r.name.startswith("section ")]
+    assert len(prose) == len(check.MD_DERIVATIONS) and all(r.verdict == check.READ and r.max_points == 0
+                                                           for r in prose)
+    assert check.status(results) == "failed" and "not rescaled" in next(r.detail for r in results
+                                                                        if r.name.startswith("s_new"))
+    f.write_text(sol.replace(body, "\n_(your answer here)_\n\n"))
+    results = check.run_check("03", f)
+    assert check.status(results) == "todo" and check.points(results)[0] == check.points(results)[1]
+    out = __import__("io").StringIO()
+    check.report("03", check.find("03", solution=True), check.run_check("03", check.find("03", solution=True)), file=out)
+    assert "for a person to read" in out.getvalue() and "PASS] section" not in out.getvalue()
 
 
 def test_each_check_is_announced_as_it_starts():

@@ -97,6 +97,12 @@ def graded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("submissions")
     (folder / "alice").mkdir()
     (folder / "alice" / "04_online_trace.py").write_text(SOLUTION_04)
+    # exercise 03: a right one, and one whose prose and formula make the classic no-rescale slip
+    sol_03 = (ROOT / "solutions" / check.EXERCISES["03"]).read_text()
+    (folder / "alice" / check.EXERCISES["03"]).write_text(sol_03)
+    (folder / "no_rescale").mkdir()
+    (folder / "no_rescale" / check.EXERCISES["03"]).write_text("\n".join(
+        "s_new = s + exp(x - m_new)" if ln.startswith("s_new = ") else ln for ln in sol_03.splitlines()))
     for name in RUN:
         text = ATTACKS_04[name]
         (folder / name).mkdir()
@@ -204,6 +210,14 @@ def test_tables_have_one_row_per_learner_and_exercise(graded):
     md = (folder / "grades.md").read_text()
     assert "## Not graded" in md and "loose.py" in md
     assert (folder / "feedback" / "alice.txt").read_text().count("[PASS]") >= 8
+
+
+def test_exercise_03_prose_is_left_to_the_instructor_and_its_formula_is_graded(graded):
+    right, wrong = graded["rows"][("alice", "03")], graded["rows"][("no_rescale", "03")]
+    assert right.status == "passed" and right.points == right.max_points == grade.max_points("03")
+    assert right.first_failure == "" and "for a person to read" in right.feedback
+    assert wrong.status == "failed" and "s_new" in wrong.first_failure and "not rescaled" in wrong.first_failure
+    assert "not graded by the checker" in (graded["folder"] / "grades.md").read_text()
 
 
 def test_hidden_inputs_differ_between_gradings():
