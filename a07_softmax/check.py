@@ -464,6 +464,25 @@ def cases_04(rng, hidden: bool):
                       lambda got: mismatch(got, no_rescale(fixed), "float64"), {"r0": np.array(fixed)}))
     seeds = [int(v) for v in rng.integers(1 << 30, size=2)] if hidden else [3, 4]
 
+    def no_rescale_stats(n_rows, seed):
+        """(max_abs, max_rel) of the no-rescale trace over the rows the docstring's protocol draws: a
+        deterministic figure, so an answer's own (drawn, compared and reduced as asked) must match it.
+        The online figures are rounding noise, judged by bound (judge_stats)."""
+        g = np.random.default_rng(seed)
+        worst_abs = worst_rel = 0.0
+        for _ in range(n_rows):
+            n = int(g.integers(1, 201))
+            x = g.normal(0, 3, size=n)
+            hot = g.random(n) < 0.05
+            x[hot] = g.uniform(50, 100, size=int(hot.sum()))
+            e = np.exp(x - x.max())
+            ref = e / e.sum()
+            m, s = no_rescale(x)[-1]
+            d = np.abs(np.exp(x - m) / s - ref)
+            big = ref > 1e-12
+            worst_abs, worst_rel = max(worst_abs, float(d.max())), max(worst_rel, float((d[big] / ref[big]).max()))
+        return worst_abs, worst_rel
+
     def judge_two_stats(got):
         got = np.asarray(got, dtype=np.float64)
         if got.shape != (2, 2, 2):
@@ -473,6 +492,18 @@ def cases_04(rng, hidden: bool):
             return bad
         if np.array_equal(got[0], got[1]):
             return "the same numbers for two different seeds: error_stats must measure the rows it draws"
+        for seed, (_, (nr_abs, nr_rel)) in zip(seeds, got):
+            want_abs, want_rel = no_rescale_stats(300, seed)
+            if np.isclose(nr_abs, want_rel, rtol=1e-6) and np.isclose(nr_rel, want_abs, rtol=1e-6):
+                return "no_rescale's max_abs and max_rel are swapped: the tuple is (max_abs, max_rel)"
+            if not np.isclose(nr_abs, want_abs, rtol=1e-6):
+                return (f"no_rescale's max_abs for seed {seed} is not the one the rows of the docstring give (off by "
+                        f"{abs(nr_abs / want_abs - 1):.1%}): draw each row in the docstring's order from "
+                        "default_rng(seed), all n_rows of them, and take the largest error over every row")
+            if not np.isclose(nr_rel, want_rel, rtol=1e-6):
+                return (f"no_rescale's max_rel for seed {seed} is not the one the rows of the docstring give (off by "
+                        f"{abs(nr_rel / want_rel - 1):.1%}): |p - ref| / ref, over the entries whose reference "
+                        "probability exceeds 1e-12 only")
         return None
     cases.append(Case(f"error_stats over 300 rows, two seeds ({'hidden' if hidden else ', '.join(map(str, seeds))})",
                       {"fn": "error_stats", "args": [300], "repeat": [{"seed": s} for s in seeds], "convert": "stats"},

@@ -34,5 +34,9 @@ def error_stats(n_rows=1000, seed=0):
     """Run online_scalar and online_no_rescale on n_rows random rows (lengths 1..200, scores
     N(0, 3) with about 5 % of them replaced by uniform values in [50, 100]) and compare each
     with a two-pass softmax. Returns {"online": (max_abs, max_rel), "no_rescale": (max_abs, max_rel)}
-    where max_rel is taken over entries whose reference probability exceeds 1e-12."""
+    where max_rel is taken over entries whose reference probability exceeds 1e-12.
+
+    Draw the rows so that the checker can draw the same ones: rng = np.random.default_rng(seed),
+    then for each row, in this order, n = rng.integers(1, 201), x = rng.normal(0, 3, size=n),
+    hot = rng.random(n) < 0.05, x[hot] = rng.uniform(50, 100, size=hot.sum())."""
     raise NotImplementedError("exercise 04: your code here")

@@ -118,6 +118,22 @@ WRONG = {
         "hard-coded error_stats": (_sol("04").split("def error_stats")[0] + (
             "def error_stats(n_rows=1000, seed=0):\n"
             "    return {'online': (1e-16, 1e-15), 'no_rescale': (0.9, 1e6)}\n"), "two different seeds"),
+        # error_stats is judged against the rows its docstring's protocol draws (the no-rescale figures
+        # are deterministic): numbers made up per seed, or measured on other rows, fail
+        "error_stats made up per seed": (_sol("04").split("def error_stats")[0] + (
+            "def error_stats(n_rows=1000, seed=0):\n"
+            "    return {'online': (1e-16 * (1 + seed % 5), 1e-15), 'no_rescale': (0.5 + 0.01 * (seed % 7), 1e3)}\n"),
+            "not the one the rows of the docstring give"),
+        "error_stats without the large scores": (_edit("04", "        x[hot] = rng.uniform(50, 100, size=int(hot.sum()))\n",
+                                                       ""), "not the one the rows of the docstring give"),
+        "error_stats over the last row only": (_edit("04", "out[name][0] = max(out[name][0], float(d.max()))",
+                                                     "out[name][0] = float(d.max())"), "every row"),
+        "error_stats ignoring n_rows": (_edit("04", "for _ in range(n_rows):", "for _ in range(1000):"), "all n_rows"),
+        "error_stats with abs and rel swapped": (_edit("04", "out[name][0] = max(out[name][0], float(d.max()))\n"
+                                                             "            out[name][1] = max(out[name][1], float((d[big] / ref[big]).max()))",
+                                                       "out[name][1] = max(out[name][1], float(d.max()))\n"
+                                                       "            out[name][0] = max(out[name][0], float((d[big] / ref[big]).max()))"),
+                                                 "swapped"),
         "vectorised function that loops": (_edit("04", """    xs = np.asarray(xs, dtype=np.float64)
     m = np.maximum.accumulate(xs)""", """    out = [online_scalar(xs[:1])[-1]] if len(xs) else []
     trace = online_scalar(xs)
