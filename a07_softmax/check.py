@@ -524,16 +524,20 @@ def cases_05(rng, hidden: bool):
 
     out = []
 
-    def causal(seq, scale, lo, hi, name, dtype=None):
+    def causal(seq, scale, lo, hi, name, dtype=None, hint=None):
         hx = rng.uniform(lo, hi, size=(seq, seq)).astype(np.float32)
-        hx[seq // 2] = -np.inf  # a fully-masked row (its scores all -inf): zeros, not NaN
+        if scale > 0:  # a fully-masked row (its scores all -inf): zeros, not NaN (-inf * scale is -inf)
+            hx[seq // 2] = -np.inf
         ref = R.scale_mask_softmax(hx.astype(np.float16).astype(np.float64) if dtype == "float16" else hx, scale,
                                    R.causal_mask(seq, seq))
         key = f"x{len(out)}"
+
+        def judge(got, ref=ref):
+            bad = mismatch(got, ref, dtype or "float32")
+            return f"{hint} ({bad})" if bad and hint else bad
         out.append((name, "scale_mask_softmax", {key: hx},
                     [_arr(key, **{"as": "torch", **({"dtype": dtype} if dtype else {})}), scale,
-                     {"kw": {"causal": True, "q_len": seq}}],
-                    lambda got, ref=ref: mismatch(got, ref, dtype or "float32")))
+                     {"kw": {"causal": True, "q_len": seq}}], judge))
 
     causal(1, 0.25, -20, 20, "causal, 1 x 1")
     causal(33, 0.25, -20, 20, "causal, 33 x 33 (a tail past the power of two), one fully-masked row")
@@ -541,6 +545,15 @@ def cases_05(rng, hidden: bool):
     causal(64, 1.0, -300, -200, "logits all below -200 (exp underflows to 0 without the max)")
     causal(40, 1.0, 11.1, 60, "fp16 logits above 11.1 (exp overflows fp16 without the max)", "float16")
     out[-1][3].append({"expect_dtype": "float16"})
+    # the scale is any number: the max to subtract is that of x * scale, and a masked score is -inf
+    # whatever the scale (a scale folded into the exp after the max of the raw scores is right only
+    # for scale > 0: -inf * 0 is NaN, and for scale < 0 the max of x * scale is (min x) * scale)
+    causal(24, 0.0, -20, 20, "scale 0, causal: every visible key equally likely",
+           hint="with scale 0 a masked score is still -inf (mask after scaling: -inf * 0 is NaN) and each of a "
+                "row's visible keys gets 1 / (keys visible)")
+    causal(48, -3.0, -30, 30, "a negative scale (-3), causal, logits in [-30, 30]",
+           hint="with scale < 0 the max to subtract is that of x * scale, (min x) * scale: scale first, then take "
+                "the max (exp((x - max x) * scale) overflows here)")
     hx = rng.normal(size=(2, 8)).astype(np.float32)
     out.append(("only key 0 visible (q_len 1): one-hot rows", "scale_mask_softmax", {"k1": hx},
                 [_arr("k1", **{"as": "torch"}), 1.0, {"kw": {"causal": True, "q_len": 1}}],

@@ -175,6 +175,12 @@ WRONG = {
                                                  "def scale_mask_softmax_kernel(out_ptr, in_ptr, n_cols, stride, scale,").replace(
             "row % q_len", "row % n_cols").replace("scale, q_len or rows,", "scale,"), "keep the kernel's signature"),
         "a constexpr renamed": (_edit("05", "CAUSAL", "IS_CAUSAL"), "keep the kernel's signature"),
+        # the scale folded into the exp after the max of the raw scores: right for scale > 0 only
+        "scale folded into the exp after the raw max": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float32)").replace(
+            "    e = tl.exp(x - m)", "    e = tl.exp((x - m) * scale)"), "with scale 0 a masked score is still -inf"),
+        "max of the raw scores times the scale": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float32)").replace(
+            "    m = tl.max(x, axis=0)", "    m = tl.max(x, axis=0) * scale\n    x = x * scale"),
+            "with scale < 0 the max to subtract"),
         "rows found by n_cols, not the stride": (_edit("05", "row * stride", "row * n_cols"),
                                                  "a row starts at row * stride"),
         # the answer computed by PyTorch in the wrapper, the kernel left empty or taken away
