@@ -246,12 +246,12 @@ def diagnose_mask(got, ref) -> str | None:
     return None
 
 
-def ce_reference(x, t):
+def ce_reference(x, t, ignore_index=-100):
     """Exercise 06's answers in float64: per-row loss and d sum(loss) / d x, ignored rows 0."""
     from .cross_entropy import reference
 
     with np.errstate(invalid="ignore"):  # padding rows (all -inf, ignored) are zeroed by the reference
-        return reference(x, t, reduction="none")
+        return reference(x, t, ignore_index=ignore_index, reduction="none")
 
 
 def ce_grad_mismatch(got, ref) -> str | None:
@@ -608,7 +608,7 @@ def cases_06(rng, hidden: bool):
     lsm(3, 1000, 60, 100, "log_softmax of logits 60-100 (exp overflows fp32 without the max)")
     lsm(3, 3, -300, -200, "log_softmax of logits below -200 (log(0) without the max)")
 
-    def ce(rows, vocab, name, big=None, ignore=(), masked_ignored=False, what="both", low=False):
+    def ce(rows, vocab, name, big=None, ignore=(), masked_ignored=False, what="both", low=False, ignore_index=-100):
         hx = (rng.uniform(-30, -20, size=(rows, vocab)) if low else rng.normal(0, 8, size=(rows, vocab))).astype(np.float32)
         t = rng.integers(0, vocab, size=rows)
         t[0], t[-1] = 0, vocab - 1          # targets at both ends of the vocabulary
@@ -616,28 +616,44 @@ def cases_06(rng, hidden: bool):
             hx[min(3, rows - 1), 7] = big
             if t[min(3, rows - 1)] == 7:  # the big logit must not be the target: its row's p[t] is then tiny
                 t[min(3, rows - 1)] = 8 % vocab
+        t[t == ignore_index] = (ignore_index + 1) % vocab   # only the rows below are ignored
         for r in ignore:
-            t[r] = -100
+            t[r] = ignore_index
         if masked_ignored:  # a padding row: every logit -inf, target ignored (must give 0, not NaN)
             hx[ignore[0]] = -np.inf
-        ref_loss, ref_grad = ce_reference(hx, t)
+        ref_loss, ref_grad = ce_reference(hx, t, ignore_index)
         k = len(items)
         args = [_arr(f"c{k}", **{"as": "torch"}), _arr(f"t{k}", **{"as": "torch"})]
+        if ignore_index != -100:
+            args.append({"kw": {"ignore_index": ignore_index}})
+        def ignored_only(got, ref, diagnose, t=t, hx=hx):
+            """The ignore_index mistake where only the ignored rows are wrong; else `diagnose`."""
+            got = np.asarray(got, dtype=np.float64).reshape(ref.shape)
+            with np.errstate(invalid="ignore"):
+                wrong = ~np.isclose(got, ref, rtol=1e-4, atol=1e-5).reshape(len(t), -1).all(axis=1)
+            if ignore_index != -100 and wrong.any() and np.all(t[wrong] == ignore_index):
+                return (f"row {int(np.flatnonzero(wrong)[0])}'s target is ignore_index ({ignore_index} here, the "
+                        "kernel's argument) and must give loss 0 and gradient 0: compare the target with "
+                        "ignore_index, not with -100 or its sign")
+            return diagnose()
         if what in ("both", "loss"):
             items.append((f"{name}: the loss", "cross_entropy", {f"c{k}": hx, f"t{k}": t}, args,
-                          lambda got, ref=ref_loss, t=t, hx=hx: _with_hint(
+                          lambda got, ref=ref_loss, t=t, hx=hx, hint=ignored_only: _with_hint(
                               # one loss per row, judged as a column so that a mismatch names its row
                               mismatch(np.asarray(got).reshape(-1, 1), ref[:, None], log=True),
-                              lambda: diagnose_ce_loss(got, hx, t))))
+                              lambda: hint(got, ref, lambda: diagnose_ce_loss(got, hx, t)))))
         if what in ("both", "grad"):
             items.append((f"{name}: the gradient", "cross_entropy_grad", {f"c{k}": hx, f"t{k}": t}, args,
-                          lambda got, ref=ref_grad, t=t, hx=hx: _with_hint(ce_grad_mismatch(got, ref),
-                                                                           lambda: diagnose_ce_grad(got, hx, t))))
+                          lambda got, ref=ref_grad, t=t, hx=hx, hint=ignored_only: _with_hint(
+                              ce_grad_mismatch(got, ref), lambda: hint(got, ref, lambda: diagnose_ce_grad(got, hx, t)))))
 
     ce(16, 1000, "16 x 1000, targets at both ends, one logit of 95", big=95.0)
     ce(6, 77, "6 x 77 (not a power of two), rows 2 and 4 ignored (target -100)", ignore=(2, 4))
     ce(4, 50, "4 x 50, row 1 is padding (every logit -inf, target ignored)", ignore=(1,), masked_ignored=True)
     ce(3, 50, "3 x 50, every logit below -20 (the lanes past the tail must not count)", low=True)
+    # a padding token's id as ignore_index, as a tokenizer's may be: a valid column, and not negative
+    ce(6, 40, "6 x 40, ignore_index 3 (the kernel's argument: a padding token's id), rows 1 and 4 ignored",
+       ignore=(1, 4), ignore_index=3)
     ce(8, 300, "8 x 300, row 3 holds a logit of 150 (its target's probability underflows float32)", big=150.0,
        what="loss")
     if hidden:

@@ -49,7 +49,8 @@ def trusted_launchers(mod, torch, triton):
     that writes nothing shows, one that indexes rows by n_cols instead of the stride reads and
     writes the wrong places, and one that stores its lanes past n_cols writes into the gap. What
     comes back is the whole padded output; the parent judges the row and checks the gap."""
-    ignore_index = -100  # the exercise's, whatever the learner's file sets
+    # the exercise's ignore_index (-100), whatever the learner's file sets; a case may pass another
+    # (the kernel takes it as an argument: a kernel that tests for -100 itself ignores the wrong rows)
     nan = float("nan")
 
     def padded(x):
@@ -76,7 +77,7 @@ def trusted_launchers(mod, torch, triton):
         mod.log_softmax_kernel[(rows,)](out, x, cols, x.stride(0), BLOCK=triton.next_power_of_2(cols))
         return with_gaps(out)
 
-    def loss_and_grad(logits, targets):
+    def loss_and_grad(logits, targets, ignore_index=-100):
         rows, cols = logits.shape
         logits = padded(logits)
         loss = torch.full((rows,), nan, dtype=torch.float32, device=logits.device)
@@ -85,8 +86,9 @@ def trusted_launchers(mod, torch, triton):
                                           ignore_index, BLOCK=triton.next_power_of_2(cols))
         return loss, with_gaps(grad)
     return {"scale_mask_softmax": scale_mask_softmax, "log_softmax": log_softmax,
-            "cross_entropy": lambda logits, targets: loss_and_grad(logits, targets)[0],
-            "cross_entropy_grad": lambda logits, targets: loss_and_grad(logits, targets)[1]}
+            "cross_entropy": lambda logits, targets, ignore_index=-100: loss_and_grad(logits, targets, ignore_index)[0],
+            "cross_entropy_grad": lambda logits, targets, ignore_index=-100: loss_and_grad(logits, targets,
+                                                                                           ignore_index)[1]}
 
 
 def main(request_path):

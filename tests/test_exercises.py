@@ -197,6 +197,11 @@ WRONG = {
                                                      "scale_mask_softmax_kernel = _K()\n", "bound again"),
     },
     "06": {
+        # ignore_index is the kernel's argument: a case passes 3 (a padding token's id)
+        "ignore_index hard-coded as -100": (_edit("06", "    ignored = t == ignore_index\n", "    ignored = t == -100\n"),
+                                            "compare the target with ignore_index"),
+        "ignored rows found by a negative target": (_edit("06", "    ignored = t == ignore_index\n",
+                                                          "    ignored = t < 0\n"), "compare the target with ignore_index"),
         "no max subtraction": (_edit("06", "    z = x - m\n", "    z = x\n"), "60-100"),
         "fully-masked row without the guard": (_edit("06", "    m = tl.where(m == -float(\"inf\"), 0.0, m)\n", ""),
                                                "fully masked"),
