@@ -1120,6 +1120,95 @@ def _signature_problem(name: str, fn, want: KernelSignature) -> str | None:
             f"{', '.join(want.by_name)} by name), as its wrapper does; keep the kernel's signature")
 
 
+# Exercise 07's loop, judged from the source: the scaffold of attention_block (the tile loop, the
+# scores and the mask of each tile, the final division) stays as it is, and the learner's update of
+# (m, l, o) reads only the tile in hand. An answer that forms the whole row of scores at once, or
+# slices the keys to the block's end itself, computes the same numbers and could not be told apart
+# by its outputs.
+_TILE_NAMES = {"q", "k", "end", "n_keys", "rows", "causal", "causal_key_end", "q_start", "tile"}
+_TILE_FORBIDDEN = {"globals", "locals", "vars", "eval", "exec", "getattr", "setattr", "__import__", "sys", "inspect",
+                   "compile", "open", "_getframe", "currentframe", "f_locals", "f_back", "f_globals"}
+
+
+def _tile_loop_parts(text: str):
+    """(statements before the loop, the loop's header, its first `n` statements, the rest of its body,
+    statements after it) of attention_block, as ast nodes; None where there is no such loop."""
+    import ast
+
+    tree = ast.parse(text)
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "attention_block"), None)
+    if fn is None:
+        return None
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                       and isinstance(s.value.value, str))]  # the docstring
+    loops = [i for i, s in enumerate(body) if isinstance(s, ast.For)]
+    if len(loops) != 1:
+        return None
+    i = loops[0]
+    return body[:i], body[i], body[i + 1:]
+
+
+def _tile_loop_problem(text: str) -> str | None:
+    """Why exercise 07's attention_block is not the scaffold's tile loop with an update that reads only
+    its tile; None when it is (or while the update is still the stub)."""
+    import ast
+
+    keep = ("keep the scaffold of attention_block as it is (the tile loop, each tile's scores and mask, the "
+            "final division) and write only the update of (m, l, o) at the end of the loop body")
+    try:
+        got = _tile_loop_parts(text)
+        want = _tile_loop_parts((ROOT / "exercises" / EXERCISES["07"]).read_text())
+    except SyntaxError:
+        return None  # the child reports it, with its line
+    if want is None:
+        raise RuntimeError("exercise 07's scaffold has no single tile loop in attention_block")
+    if got is None:
+        return f"attention_block has no single loop over the key tiles: {keep}"
+    (pre, loop, post), (w_pre, w_loop, w_post) = got, want
+    given = w_loop.body[:-1]  # the scaffold's statements; its last one is the stub
+    dump = ast.dump
+    same = (len(pre) == len(w_pre) and all(dump(a) == dump(b) for a, b in zip(pre, w_pre))
+            and len(post) == len(w_post) and all(dump(a) == dump(b) for a, b in zip(post, w_post))
+            and dump(loop.target) == dump(w_loop.target) and dump(loop.iter) == dump(w_loop.iter)
+            and not loop.orelse and len(loop.body) >= len(given)
+            and all(dump(a) == dump(b) for a, b in zip(loop.body, given)))
+    if not same:
+        return keep
+    update = loop.body[len(given):]
+    if len(update) == 1 and isinstance(update[0], ast.Raise):
+        return None  # still the stub: not implemented yet
+    # the module's own functions that the update calls (and those they call) are part of the update:
+    # none of them may reach outside its arguments (a frame's locals hold the whole of k)
+    module = {n.name: n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
+    seen, todo = set(), [s for s in update]
+    while todo:
+        for node in ast.walk(todo.pop()):
+            if isinstance(node, ast.Name) and node.id in module and node.id not in seen:
+                seen.add(node.id)
+                todo.append(module[node.id])
+    for helper in seen:
+        for node in ast.walk(module[helper]):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if isinstance(node, (ast.Global, ast.Nonlocal)) or name in _TILE_FORBIDDEN:
+                return f"{helper}(), called by the update, uses {name or 'global'}: the update is arithmetic on the tile"
+    parents = {id(c): n for s in update for n in ast.walk(s) for c in ast.iter_child_nodes(n)}
+    for s in update:
+        for node in ast.walk(s):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if isinstance(node, (ast.Global, ast.Nonlocal)) or name in _TILE_FORBIDDEN:
+                return f"the update of a tile is arithmetic on the tile (it uses {name or 'global'}): {keep}"
+            if name in _TILE_NAMES:
+                return (f"the update of a tile reads `{name}` (line {node.lineno}): it must use only this tile, its "
+                        "scores s and values v[cols], and the running (m, l, o); walking the keys is the loop's job")
+            if name == "v":
+                up = parents.get(id(node))
+                if not (isinstance(up, ast.Subscript) and up.value is node and isinstance(up.slice, ast.Name)
+                        and up.slice.id == "cols"):
+                    return (f"the update reads v other than as v[cols] (line {node.lineno}): a tile's values are "
+                            "v[cols], the keys of this tile only")
+    return None
+
+
 def _not_jit_kernels(text: str, names) -> str | None:
     """Parent-side, from the source alone (no learner code runs): None if every name is a module-level
     function decorated with triton.jit and bound once, else what is wrong. A file that does not parse
@@ -1208,6 +1297,13 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
         if not_kernels:
             return [Result("the kernels", FAIL, not_kernels, 0, 0)] + [
                 Result(c.name, FAIL, "not run: see the kernels", 0, c.points, c.hidden) for c in cases]
+        if number == "07" and (loop_problem := _tile_loop_problem(text)):  # judged from the source
+            results.append(Result("attention_block walks the key tiles", FAIL, loop_problem, 0, 0))
+            results += [Result(c.name, FAIL, "not run: see 'attention_block walks the key tiles'", 0, c.points, c.hidden)
+                        for c in cases if c.call["fn"] == "attention_block"]
+            cases = [c for c in cases if c.call["fn"] != "attention_block"]
+            names.clear()
+            names.update({f"c{i}": c.name for i, c in enumerate(cases)})
         gpu = bool(uses_torch and dev.torch_gpu and os.environ.get("TRITON_INTERPRET") != "1")
         request = {"kind": "python", "module": Path(path).name, "torch": uses_torch,
                    "device": "cuda" if gpu else "cpu", "interpret": uses_torch and not gpu, "calls": _stage(cases, box),

@@ -236,6 +236,25 @@ WRONG = {
                                                   "other=0.0).to(tl.float32)\n    m = tl.max(x, axis=0)\n    e ="), "loaded as 0 and counted"),
     },
     "07": {
+        # judged from the source: the same numbers as the tiled loop, without walking the tiles
+        "the whole row at once, keys sliced to the block's end": (_edit("07", "        m_new = np.maximum(m, s.max(axis=1))",
+            "        if start == 0:\n"
+            "            full = q @ k[:end].T * scale\n"
+            "            full = np.where((np.arange(end)[None, :] <= rows[:, None]) | (not causal), full, -np.inf)\n"
+            "            e = np.exp(full - full.max(axis=1, keepdims=True))\n"
+            "            o, l = e @ v[:end], e.sum(axis=1)\n"
+            "        continue\n"
+            "        m_new = np.maximum(m, s.max(axis=1))"), "reads `q`"),
+        "values sliced by position, not v[cols]": (_edit("07", "p @ v[cols]", "p @ v[start:start + p.shape[1]]"),
+                                                   "v[cols]"),
+        "the loop walks to n_keys, not causal_key_end": (_edit("07", "for start in range(0, end, tile):",
+                                                               "for start in range(0, n_keys, tile):"),
+                                                         "keep the scaffold of attention_block"),
+        "a helper that reads the caller's frame": (_edit("07", "def attention_block(", "def _peek():\n"
+                                                         "    import sys\n    return sys._getframe(2).f_locals['k']\n\n\n"
+                                                         "def attention_block(").replace(
+            "        m_new = np.maximum(m, s.max(axis=1))", "        _peek()\n        m_new = np.maximum(m, s.max(axis=1))"),
+            "called by the update"),
         "o not rescaled": (_edit("07", "o = o * alpha[:, None] + p @ v[cols]", "o = o + p @ v[cols]"), "o was not rescaled"),
         "l not rescaled": (_edit("07", "l = l * alpha + p.sum(axis=1)", "l = l + p.sum(axis=1)"), "l was not rescaled"),
         "causal end skips the diagonal tile": (_edit("07", "return min(n_keys, q_end)", "return min(n_keys, q_start)"),
@@ -263,7 +282,8 @@ WRONG = {
             "    keep = (np.arange(len(k))[None, :] < n_keys) & ((np.arange(len(k))[None, :] <= rows[:, None]) if causal "
             "else True)\n    s = np.where(keep, q @ k.T * scale, -np.inf)\n    mx = s.max(axis=1, keepdims=True)\n"
             "    p = np.exp(s - np.where(np.isneginf(mx), 0.0, mx))\n    l = p.sum(axis=1, keepdims=True)\n"
-            "    return (p @ v) / np.where(l == 0, 1.0, l)\n    end = causal_key_end("), "past this block's end"),
+            "    return (p @ v) / np.where(l == 0, 1.0, l)\n    end = causal_key_end("),
+            "keep the scaffold of attention_block"),
         "the course's reference does the block": (_edit("07", "import numpy as np\n",
                                                         "import numpy as np\nfrom a07_softmax import reference as R\n").replace(
             "    end = causal_key_end(", "    return np.stack([R.attention_row_tiled(r, v, tile) for r in np.where("
@@ -430,6 +450,23 @@ def test_a_wrong_update_formula_fails_naming_the_mistake(tmp_path, key, formula,
 @pytest.mark.parametrize("key,formula", RIGHT_FORMULAS_03)
 def test_a_right_update_formula_in_other_notation_passes(key, formula):
     assert check.check_formula(key, formula).verdict == check.PASS
+
+
+def test_exercise_07_update_through_a_helper_of_its_own_passes(tmp_path):
+    """The source check of exercise 07 judges what the update reads, not how it is written: a helper
+    function that takes the tile's scores and values is an update like any other."""
+    sol = _sol("07")
+    start = sol.index("        ### BEGIN SOLUTION\n        m_new")
+    end = sol.index("        ### END SOLUTION\n", start) + len("        ### END SOLUTION\n")
+    helper = ("def step(m, l, o, s, vt):\n    m_new = np.maximum(m, s.max(axis=1))\n"
+              "    m_ref = np.where(np.isneginf(m_new), 0.0, m_new)\n    alpha = np.exp(m - m_ref)\n"
+              "    p = np.exp(s - m_ref[:, None])\n    return m_new, l * alpha + p.sum(axis=1), o * alpha[:, None] + p @ vt\n\n\n")
+    text = (sol[:start].replace("def attention_block", helper + "def attention_block")
+            + "        # this tile's values\n        vt = v[cols]\n        m, l, o = step(m, l, o, s, vt)\n" + sol[end:])
+    f = tmp_path / check.EXERCISES["07"]
+    f.write_text(text)
+    results = check.run_check("07", f)
+    assert check.status(results) == "passed", [tuple(r) for r in results if r.verdict != check.PASS]
 
 
 def test_markdown_prose_is_for_a_person_never_passed_by_the_checker(tmp_path):
