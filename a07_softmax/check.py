@@ -494,6 +494,8 @@ def cases_04(rng, hidden: bool):
             return "the same numbers for two different seeds: error_stats must measure the rows it draws"
         for seed, (_, (nr_abs, nr_rel)) in zip(seeds, got):
             want_abs, want_rel = no_rescale_stats(300, seed)
+            if np.isclose(nr_abs, want_abs, rtol=1e-6) and np.isclose(nr_rel, want_rel, rtol=1e-6):
+                continue  # (the two can be about equal, both near 1: a right answer is never called swapped)
             if np.isclose(nr_abs, want_rel, rtol=1e-6) and np.isclose(nr_rel, want_abs, rtol=1e-6):
                 return "no_rescale's max_abs and max_rel are swapped: the tuple is (max_abs, max_rel)"
             if not np.isclose(nr_abs, want_abs, rtol=1e-6):
