@@ -7,6 +7,9 @@ A kernel is driven by a generated main() that reads its inputs from raw files, l
 a07cpu::launch, and writes its output. Argument kinds, in the kernel's parameter order:
   ("in", dtype)   a const input array (float32 or int32), read from a file
   ("out", shape)  a float32 output array, poisoned with NaN before the launch
+  ("inout", dtype) an array the kernel updates in place, read from a file and written back
+("in" and "out" take an element offset as a third item: the array then starts that many elements into
+its buffer, as a view at an odd offset does; the elements before it are poison, and must stay so.)
   ("i32", v), ("i64", v), ("f32", v)   scalars
   ("null", ctype)  a null pointer of that C type (an optional input left out)
 ("in"/"out" take float32, int32, int64, float16 or bfloat16; 16-bit values travel as their raw bits.)
@@ -63,18 +66,29 @@ def driver_source(source_name: str, kernel: str, kinds) -> str:
     lines = [f'#include "{source_name}"', "int main(int argc, char** argv) {", "  int a = 3;",
              "  const unsigned grid = std::strtoul(argv[1], nullptr, 10), block = std::strtoul(argv[2], nullptr, 10);"]
     call, outs = [], []
-    for i, (kind, what) in enumerate(kinds):  # one pass, in parameter order: each reads its argv
+    offsets = {}
+    for i, (kind, what, *rest) in enumerate(kinds):  # one pass, in parameter order: each reads its argv
+        off = offsets[i] = int(rest[0]) if rest else 0   # elements before the array's start (a view's offset)
         if kind == "in":
             ctype, store = CTYPES[what]
             lines.append(f"  const char* p{i} = argv[a++]; size_t n{i} = std::strtoull(argv[a++], nullptr, 10);")
             lines.append(f"  auto v{i} = a07cpu::read<{store}>(p{i}, n{i});")
-            call.append(f"(const {ctype}*)v{i}.data()")
+            if off:  # the array starts `off` elements into its buffer, after poison the kernel may read but not use
+                lines.append(f"  v{i}.insert(v{i}.begin(), {off}, a07cpu::poison<{store}>());")
+            call.append(f"(const {ctype}*)(v{i}.data() + {off})")
+        elif kind == "inout":  # read like "in", passed writable, written back like "out"
+            ctype, store = CTYPES[what]
+            lines.append(f"  const char* p{i} = argv[a++]; size_t n{i} = std::strtoull(argv[a++], nullptr, 10);")
+            lines.append(f"  auto v{i} = a07cpu::read<{store}>(p{i}, n{i});")
+            lines.append(f"  v{i}.resize(n{i} + a07cpu::GUARD, a07cpu::poison<{store}>());  // a guard past the end")
+            call.append(f"({ctype}*)v{i}.data()")
+            outs.append(i)
         elif kind == "out":  # what: the dtype (None: float32)
             ctype, store = CTYPES[what or "float32"]
             lines.append(f"  const char* p{i} = argv[a++]; size_t n{i} = std::strtoull(argv[a++], nullptr, 10);")
-            lines.append(f"  std::vector<{store}> v{i}(n{i} + a07cpu::GUARD, a07cpu::poison<{store}>());"
-                         "  // poisoned, with a guard past the end")
-            call.append(f"({ctype}*)v{i}.data()")
+            lines.append(f"  std::vector<{store}> v{i}({off} + n{i} + a07cpu::GUARD, a07cpu::poison<{store}>());"
+                         "  // poisoned, with guards before (an offset) and past the end")
+            call.append(f"({ctype}*)(v{i}.data() + {off})")
             outs.append(i)
         elif kind == "i32":
             lines.append(f"  const int s{i} = int(std::strtol(argv[a++], nullptr, 10));")
@@ -92,6 +106,12 @@ def driver_source(source_name: str, kernel: str, kinds) -> str:
     locals_ = call
     lines.append(f"  a07cpu::launch({kernel}, grid, block, {', '.join(locals_)});")
     for i in outs:
+        if offsets[i]:  # nothing written before the array's start either; then the array alone
+            lines.append(f"  for (size_t k = 0; k < {offsets[i]}; ++k)")
+            lines.append(f"    if (const auto q = a07cpu::poison<decltype(v{i})::value_type>(); std::memcmp(&v{i}[k], &q, "
+                         f"sizeof q) != 0) {{ std::fprintf(stderr, \"the kernel wrote before the start of its output: "
+                         f"element %zu of the {offsets[i]} before it\\n\", k); return 4; }}")
+            lines.append(f"  v{i}.erase(v{i}.begin(), v{i}.begin() + {offsets[i]});")
         lines.append(f"  a07cpu::check_guard(v{i}, n{i});")
         lines.append(f"  v{i}.resize(n{i});")
         lines.append(f"  a07cpu::write(p{i}, v{i});")
@@ -132,7 +152,7 @@ def argv(exe: Path, grid: int, block: int, kinds, values, work: Path):
     """The command line for `exe` and the output files it will write: values[i] is an array for
     "in", a shape for "out", a number for scalars."""
     cmd, outs = [str(exe), str(grid), str(block)], []
-    for i, ((kind, what), v) in enumerate(zip(kinds, values)):
+    for i, ((kind, what, *_), v) in enumerate(zip(kinds, values)):
         if kind == "in":
             path = work / f"in{i}.bin"
             as_stored(v, what).tofile(path)
@@ -141,6 +161,11 @@ def argv(exe: Path, grid: int, block: int, kinds, values, work: Path):
             path = work / f"out{i}.bin"
             cmd += [str(path), str(int(np.prod(v)))]
             outs.append((i, path, tuple(v), what or "float32"))
+        elif kind == "inout":  # the array goes in and its new values come back in the same file
+            path = work / f"inout{i}.bin"
+            as_stored(v, what).tofile(path)
+            cmd += [str(path), str(int(np.size(v)))]
+            outs.append((i, path, tuple(np.shape(v)), what))
         elif kind != "null":
             cmd.append(repr(float(v)) if kind == "f32" else str(int(v)))
     return cmd, outs

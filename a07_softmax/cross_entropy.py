@@ -142,12 +142,14 @@ def _launch_cuda(logits, target, ignore_index, reduction, label_smoothing, z_los
 
     rows, vocab = logits.shape
     losses = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    n_valid = (target != ignore_index).sum().to(torch.float32).reshape(1)   # on the device: no sync
-    grad_scale = (1.0 / n_valid) if reduction == "mean" else None
+    # the mean's divisor, on the device (no sync), and only for a mean: each tensor operation is
+    # host time that the GPU may end up waiting for
+    n_valid = (target != ignore_index).sum(dtype=torch.float32) if reduction == "mean" else None
+    grad_scale = n_valid.reciprocal() if reduction == "mean" and grad_out is not None else None
     grad = grad_out if grad_out is not None else logits  # the loss-only kernel never writes it
     tgt = target if target.dtype == torch.int64 else target.long()
     dtype = str(logits.dtype).replace("torch.", "")
-    with native.launch_context(logits):
+    with fast._launch_context(logits):
         extra = (np.uint64(native.pointer(tgt)), np.uint64(native.pointer(losses)),
                  np.uint64(0 if grad_scale is None else native.pointer(grad_scale)), np.int64(ignore_index),
                  np.float32(label_smoothing), np.float32(z_loss))
@@ -156,7 +158,7 @@ def _launch_cuda(logits, target, ignore_index, reduction, label_smoothing, z_los
     if reduction == "none":
         return losses
     total = losses.sum()
-    return total / n_valid[0] if reduction == "mean" else total
+    return total / n_valid if reduction == "mean" else total
 
 
 def _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out, backend=None):
@@ -208,6 +210,23 @@ def _scale_rows(grad, grad_loss):
                                    TILE=tile, **({} if interp else {"num_warps": 16 if tile >= 4096 else 4}))
 
 
+def _scale_rows_cuda(grad, grad_loss):
+    """_scale_rows with the fast family's kernel (scale_rows_fast in cuda/softmax_fast.cu), launched
+    through CuPy: a fraction of a Triton launch's host time, and nothing moves for a factor of 1."""
+    import torch
+
+    from . import fast, native
+
+    rows, vocab = grad.shape
+    factor = grad_loss.to(device=grad.device, dtype=torch.float32).reshape(-1).contiguous()
+    ctype = fast.DTYPES[str(grad.dtype).replace("torch.", "")][0]
+    with fast._launch_context(grad):
+        fn = fast.kernel(f"scale_rows_fast<{ctype}>")
+        # blocks of 256 threads walk the rows (grid-stride); 4096 of them fill an H200 many times over
+        fn((max(1, min(rows, 4096)),), (256,), (np.uint64(native.pointer(grad)), np.int32(rows), np.int32(vocab),
+                                                 np.uint64(native.pointer(factor)), np.int32(factor.numel() > 1)))
+
+
 def _function():
     import torch
 
@@ -218,6 +237,7 @@ def _function():
             loss = _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad, backend)
             ctx.save_for_backward(grad)
             ctx.used = False
+            ctx.backend = backend
             if inplace:
                 # the logits now hold the gradient: bump their version so that any other operation
                 # that saved them for its own backward raises instead of reading the gradient
@@ -231,7 +251,7 @@ def _function():
                                    "so it can run once per forward (compute the loss again instead of retain_graph)")
             ctx.used = True
             (grad,) = ctx.saved_tensors
-            _scale_rows(grad, grad_loss)
+            (_scale_rows_cuda if ctx.backend == "cuda" else _scale_rows)(grad, grad_loss)
             return grad, None, None, None, None, None, None, None
 
     return CrossEntropy

@@ -14,6 +14,8 @@ NVIDIA, hiprtc on ROCm) and launches it.
 """
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass, replace
 import functools
 import math
@@ -33,7 +35,8 @@ MAX_CLUSTER = 16
 SMS = 132             # plan()'s default device for sizing cluster grids: an H100/H200
 STRATEGIES = ("warp", "block", "cluster", "2pass")
 # Row operations (cuda/softmax_fast.cu, "Row operations"): the kernel-name prefix of each.
-OPS = {"softmax": "softmax_fast", "scale_mask_softmax": "scale_mask_softmax_fast", "cross_entropy": "cross_entropy_fast",
+OPS = {"softmax": "softmax_fast", "scale_mask_softmax": "scale_mask_softmax_fast",
+       "scaled_softmax": "scaled_softmax_fast", "cross_entropy": "cross_entropy_fast",
        "cross_entropy_loss": "cross_entropy_loss_fast"}
 
 
@@ -108,18 +111,24 @@ TABLE = {
 #   - cross_entropy: fp16's 8 x 8 x 128 cluster tier promises 6 blocks an SM, not 7; misaligned
 #     16-bit rows of more than 262144 logits are read twice (their 512-thread cluster tier spilled);
 #     fp32 rows of more than 16384 go to a cluster instead of a 1024-thread block (misaligned:
-#     spilled).
+#     spilled), and misaligned fp32 rows take the 512-thread cluster tiers (at 1024, spilled).
 OP_TABLES = {
     "softmax": TABLE,
     "scale_mask_softmax": {4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3], wide_misaligned_bound=0),
                            2: replace(TABLE[2], cluster_tiers=(), twopass_vecs=2)},
     "cross_entropy": {
-        4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3], wide_misaligned_bound=0),
+        4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3], wide_misaligned_bound=0,
+                   misaligned_cluster_threads=512),
         2: replace(TABLE[2], misaligned_cluster_threads=256, cluster_tiers=tuple(replace(c, min_blocks=6) if (c.vecs, c.cluster, c.min_blocks) == (8, 8, 7)
                                                  else c for c in TABLE[2].cluster_tiers))},
 }
-# the loss alone (no store) schedules differently: its 16-vector tiers spilled at 5 blocks an SM
-OP_TABLES["cross_entropy_loss"] = {4: OP_TABLES["cross_entropy"][4], 2: replace(
+# scale_mask_softmax with nothing masked (scaled_softmax): its mapping, except misaligned fp32 rows
+# of 8 vectors a thread, compiled for 1024 threads as the plain softmax's (at 512 they spilled)
+OP_TABLES["scaled_softmax"] = {4: replace(OP_TABLES["scale_mask_softmax"][4], wide_misaligned_bound=1024),
+                               2: OP_TABLES["scale_mask_softmax"][2]}
+# the loss alone (no store) schedules differently: its 16-vector tiers spilled at 5 blocks an SM,
+# and its fp32 block of 8 vectors a thread at 512 threads (rows of 8193 to 16384 go to a cluster)
+OP_TABLES["cross_entropy_loss"] = {4: replace(OP_TABLES["cross_entropy"][4], block_tiers=TABLE[4].block_tiers[:2]), 2: replace(
     OP_TABLES["cross_entropy"][2], cluster_tiers=tuple(replace(c, min_blocks=4) if (c.vecs, c.max_threads, c.min_blocks) == (16, 128, 5)
                                                        else c for c in OP_TABLES["cross_entropy"][2].cluster_tiers))}
 
@@ -175,9 +184,11 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {want!r}")
     ctype, size = DTYPES[dtype]
     n = VEC_BYTES // size                # elements per 16-byte vector
-    rv = -(-cols // n)                   # vectors per row
     t = OP_TABLES[op][size]
     al = "true" if (cols % n == 0 if aligned is None else aligned) else "false"
+    # vectors per row; a misaligned row's vectors start at the 16-byte boundary before it, up to
+    # n - 1 elements early (cuda/softmax_fast.cu, lead_of())
+    rv = -(-(cols + (n - 1 if al == "false" else 0)) // n)
     max_cluster = MAX_CLUSTER if clusters is True else int(clusters or 0)
     # 1. short rows: a group of lanes per row, no barrier
     if want == "warp" or (want is None and rv <= t.warp_max_vectors):
@@ -313,17 +324,33 @@ def instances(dtypes=("float32", "bfloat16", "float16"), cols=PLANNED_COLS, ops=
 
 def compile_report(names=None, arch: str = "sm_90"):
     """NVRTC-compile template instances (default: every one in instances()) without a GPU; the
-    report names each kernel by its instance expression."""
-    return native.nvrtc_compile(native.ROOT / SOURCE["CUDA"], arch, name_expressions=names or list(instances()))
+    report names each kernel by its instance expression. Each instance is compiled on its own, as
+    kernel() compiles it at run time: in one program with the others, ptxas allocated some
+    instances' registers differently and hid a spill that the run-time build has."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = list(names or instances())
+    src = native.ROOT / SOURCE["CUDA"]
+    with ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1))) as pool:
+        results = list(pool.map(lambda n: native.nvrtc_compile(src, arch, name_expressions=[n]), names))
+    kernels = {}
+    for r in results:
+        for k in r.kernels:
+            kernels.setdefault(k.name, k)  # copy_hinted (not a template) is in every one
+    failed = [r.log for r in results if not r.ok]
+    return native.CompileResult(results[0].source, not failed, "\n".join(failed), list(kernels.values()))
 
 
 _CPU_BUILDS: dict = {}
 
 
-def _run_on_cpu(op: str, x, dtype: str, extra_kinds, extra_values, outputs, *, aligned, warp_size, override):
+def _run_on_cpu(op: str, x, dtype: str, extra_kinds, extra_values, outputs, *, aligned, warp_size, override,
+                offsets=(0, 0)):
     """Build (once) and run the planned instance of `op` on the CPU target; {argument index: array}.
     The kernel's arguments: x, y, rows, cols, then extra_kinds/extra_values; `outputs` are shapes of
-    extra outputs among them."""
+    extra outputs among them. `offsets`: (x, y) start that many elements into their buffers, as views
+    at an odd offset do (a misaligned first row; the output's rows off the input's alignment)."""
     import tempfile
     from pathlib import Path
 
@@ -334,8 +361,11 @@ def _run_on_cpu(op: str, x, dtype: str, extra_kinds, extra_values, outputs, *, a
     if dtype not in DTYPES:
         raise TypeError(f"dtype {dtype} not supported; the fast softmax takes {', '.join(DTYPES)}")
     rows, cols = map(int, x.shape)
+    n = VEC_BYTES // DTYPES[dtype][1]
+    if any(o % n for o in offsets):
+        aligned = False
     p = plan(cols, dtype, rows, clusters=0, warp_size=warp_size, aligned=aligned, op=op, **override)
-    kinds = [("in", dtype), ("out", dtype), ("i32", None), ("i32", None), *extra_kinds]
+    kinds = [("in", dtype, offsets[0]), ("out", dtype, offsets[1]), ("i32", None), ("i32", None), *extra_kinds]
     key = (p.kernel, warp_size, tuple(kinds))  # a null pointer and an array build different drivers
     if key not in _CPU_BUILDS:
         work = cpu_target.scratch()
@@ -350,23 +380,26 @@ def _host(x):
     return np.asarray(x) if not type(x).__module__.startswith("torch") else x
 
 
-def softmax_on_cpu(x, dtype: str = "float32", *, aligned: bool | None = None, warp_size: int = 32, **override):
+def softmax_on_cpu(x, dtype: str = "float32", *, aligned: bool | None = None, warp_size: int = 32, offsets=(0, 0),
+                   **override):
     """The same kernel source on the CPU target (common/cpu_target.h): plan() without clusters picks
     the instance (warp, block or two-pass strategy), the system C++ compiler builds it, and a CPU
     runs it, a block's threads as fibers. Correctness only, for small inputs: how CI and a laptop
     check the fast kernels' arithmetic against float64. `x`: a (rows, cols) array of values
     (NumPy, any float dtype; rounded to `dtype`); returns float32 values of the `dtype` output.
-    `aligned=False` forces the element-by-element path."""
+    `aligned=False` forces the misaligned path; `offsets` start x and y that many elements into their
+    buffers (_run_on_cpu)."""
     return _run_on_cpu("softmax", _host(x), dtype, [], [], [], aligned=aligned, warp_size=warp_size,
-                       override=override)[1]
+                       override=override, offsets=offsets)[1]
 
 
 def scale_mask_softmax_on_cpu(x, scale: float = 1.0, dtype: str = "float32", *, causal: bool = False,
                               window: int = 0, valid_len=None, mask=None, q_len: int | None = None,
-                              aligned: bool | None = None, warp_size: int = 32, **override):
+                              aligned: bool | None = None, warp_size: int = 32, offsets=(0, 0), **override):
     """scale_mask_softmax() on the CPU target, for tests and laptops: `x` (rows, cols) or (batch, q_len,
     cols) or (batch, heads, q_len, cols) values; valid_len (rows,) integers; mask additive values that
-    broadcast against x (see scale_mask_softmax). Returns the (rows, cols) float32 values of the output."""
+    broadcast against x (see scale_mask_softmax). Returns the (rows, cols) float32 values of the output.
+    `offsets`: as softmax_on_cpu's."""
     x = np.asarray(x)
     shape4, q = _query_layout(x.shape, q_len)
     x2 = x.reshape(-1, x.shape[-1])
@@ -394,16 +427,29 @@ def scale_mask_softmax_on_cpu(x, scale: float = 1.0, dtype: str = "float32", *, 
         strides = _mask_strides(np.broadcast_to(base, _logical_shape(x.shape, shape4)).strides, 4, shape4, x.ndim)
         kinds += [("in", dtype), ("i64", None), ("i64", None), ("i64", None)]
         values += [base.reshape(-1), *strides]
+    if _nothing_masked(scale, causal, window, valid_len, mask):
+        kinds, values = [("f32", None)], [scale]
+        return _run_on_cpu("scaled_softmax", x2, dtype, kinds, values, [], aligned=aligned, warp_size=warp_size,
+                           override=override, offsets=offsets)[1]
     return _run_on_cpu("scale_mask_softmax", x2, dtype, kinds, values, [], aligned=aligned, warp_size=warp_size,
-                       override=override)[1]
+                       override=override, offsets=offsets)[1]
+
+
+def _nothing_masked(scale, causal, window, valid_len, mask) -> bool:
+    """scale_mask_softmax is softmax(x * scale) here: its scaled_softmax kernels (no span to test per
+    vector: the 16-bit rows stream as fast as the plain softmax's), for a positive scale, which they
+    fold into the exp."""
+    return not causal and not window and valid_len is None and mask is None and float(scale) > 0
 
 
 def cross_entropy_on_cpu(logits, target, dtype: str = "float32", *, ignore_index: int = -100,
                          label_smoothing: float = 0.0, z_loss: float = 0.0, grad_scale: float | None = None,
-                         grad: bool = True, aligned: bool | None = None, warp_size: int = 32, **override):
+                         grad: bool = True, aligned: bool | None = None, warp_size: int = 32, offsets=(0, 0),
+                         **override):
     """The cross-entropy kernel on the CPU target: (per-row loss, gradient) as float32 arrays, the
     gradient of the summed loss times grad_scale (None: 1), rounded to `dtype`. grad=False runs the
-    loss-only kernel; the gradient returned is then the poisoned (NaN) buffer it must not touch."""
+    loss-only kernel; the gradient returned is then the poisoned (NaN) buffer it must not touch.
+    `offsets`: (logits, gradient) as softmax_on_cpu's."""
     x = np.asarray(logits)
     rows, _ = x.shape
     t = np.asarray(target, dtype=np.int64)
@@ -412,7 +458,7 @@ def cross_entropy_on_cpu(logits, target, dtype: str = "float32", *, ignore_index
     values = [t, (rows,), None if grad_scale is None else np.array([grad_scale], np.float32), ignore_index,
               label_smoothing, z_loss]
     out = _run_on_cpu("cross_entropy" if grad else "cross_entropy_loss", x, dtype, kinds, values, [],
-                      aligned=aligned, warp_size=warp_size, override=override)
+                      aligned=aligned, warp_size=warp_size, override=override, offsets=offsets)
     return out[5], out[1]
 
 
@@ -557,11 +603,75 @@ def softmax(x, out=None, *, defines=(), **override):
     and `resident` (launch at most this many clusters), and `defines` (a compile-time variant), for
     tests and tuning."""
     rows, cols, dtype = check(x, out)
-    with native.launch_context(x):
+    with _launch_context(x):
         if out is None:
             out = native._empty_like(x)
         _launch("softmax", x, out, rows, cols, dtype, (), defines, override)
     return out
+
+
+# (op, shape, dtype, alignment, device, limits, variant) -> (plan, kernel): the planning and the
+# lookups are pure functions of the key, and at a few tens of microseconds of Python per call they
+# decided the speed of a forward + backward pass (the host could not keep the GPU busy).
+_LAUNCHES: dict = {}
+# (device, stream, thread) -> the cluster kernels' ticket counter, zeroed on that stream before each
+# launch (cupy.zeros per call cost an allocation and a kernel). Launches on one stream run in order,
+# so a counter is never zeroed under a running kernel; other streams and threads have their own.
+_TICKETS: dict = {}
+# (device, raw stream handle) -> CuPy's view of that torch stream, made once (a view is the bare
+# handle and owns nothing, so it stays valid for whatever stream holds the handle).
+_STREAMS: dict = {}
+
+
+@contextlib.contextmanager
+def _launch_context(x):
+    """native.launch_context (x's device current, x's stream CuPy's current stream), with each torch
+    stream's CuPy view made once instead of per call, and the stream's handle read through the call
+    Triton's launcher makes (torch.cuda.current_stream() builds a Python object each time): built on
+    every call, they kept the host behind the GPU in cross-entropy's forward + backward over 1 GiB."""
+    if not type(x).__module__.startswith("torch"):
+        with native.launch_context(x):
+            yield
+        return
+    import cupy
+    import torch
+
+    dev = x.device.index
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    handle = raw(dev) if raw is not None else torch.cuda.current_stream(dev).cuda_stream
+    with cupy.cuda.Device(dev):
+        stream = _STREAMS.get((dev, handle))
+        if stream is None:
+            from_external = getattr(cupy.cuda.Stream, "from_external", None)  # CuPy 14: the stream protocol
+            stream = _STREAMS[(dev, handle)] = from_external(_StreamHandle(handle)) if from_external \
+                else cupy.cuda.ExternalStream(handle, dev)
+        with stream:
+            yield
+
+
+class _StreamHandle:
+    """A raw stream handle that speaks the CUDA stream protocol (__cuda_stream__: version, handle)."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+def _tickets():
+    """The ticket counter of this device, stream and thread, zeroed on the stream (_TICKETS)."""
+    import threading
+
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    key = (cupy.cuda.Device().id, stream.ptr, threading.get_ident())
+    buf = _TICKETS.get(key)
+    if buf is None:
+        buf = _TICKETS[key] = cupy.empty(1, dtype=np.int32)
+    cupy.cuda.runtime.memsetAsync(buf.data.ptr, 0, 4, stream.ptr)
+    return buf
 
 
 def _launch(op: str, x, out, rows: int, cols: int, dtype: str, extra: tuple, defines, override):
@@ -572,18 +682,21 @@ def _launch(op: str, x, out, rows: int, cols: int, dtype: str, extra: tuple, def
     px, py = native.pointer(x), native.pointer(out)
     aligned = cols % n == 0 and px % VEC_BYTES == 0 and py % VEC_BYTES == 0
     most = override.pop("resident", None)
-    fit = (lambda *a: resident_clusters(*a, defines)) if most is None else \
-        (lambda *a: min(int(most), resident_clusters(*a, defines)))
-    p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, resident=fit, op=op,
-             **override)
-    cluster = p.strategy == "cluster"
-    fn = kernel(p.kernel, p.params[1] if cluster else 0, defines)
-    args = (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols))
-    if cluster:
-        import cupy
+    import cupy
 
-        # zeroed per call, on the launch's stream: launches on other streams may overlap
-        args += (cupy.zeros(1, dtype=np.int32),)
+    key = (op, rows, cols, dtype, aligned, cupy.cuda.Device().id, clusters, most, tuple(defines),
+           tuple(sorted(override.items())))
+    hit = _LAUNCHES.get(key)
+    if hit is None:
+        fit = (lambda *a: resident_clusters(*a, defines)) if most is None else \
+            (lambda *a: min(int(most), resident_clusters(*a, defines)))
+        p = plan(cols, dtype, rows, clusters=clusters, warp_size=warp_size, aligned=aligned, resident=fit, op=op,
+                 **override)
+        hit = _LAUNCHES[key] = (p, kernel(p.kernel, p.params[1] if p.strategy == "cluster" else 0, defines))
+    p, fn = hit
+    args = (np.uint64(px), np.uint64(py), np.int32(rows), np.int32(cols))
+    if p.strategy == "cluster":
+        args += (_tickets(),)
     fn((p.grid,), (p.threads,), args + tuple(extra))
     return p
 
@@ -611,7 +724,7 @@ def scale_mask_softmax(x, scale: float = 1.0, *, causal: bool = False, window: i
     if valid_len is not None:
         native.check_valid_len(valid_len, x, rows, cols)
     mask_args = _device_mask(mask, x, m, shape4, dtype) if mask is not None else (None, 0, 0, 0)
-    with native.launch_context(x):
+    with _launch_context(x):
         if out is None:
             out = native._empty_like(x)
             out2 = out.reshape(rows, cols)
@@ -619,7 +732,10 @@ def scale_mask_softmax(x, scale: float = 1.0, *, causal: bool = False, window: i
         extra = (np.float32(scale), np.int32(shape4[1]), np.int32(q), np.int32(bool(causal)), np.int32(window),
                  np.uint64(0 if valid_len is None else native.pointer(valid_len)),
                  np.uint64(0 if base is None else native.pointer(base)), np.int64(sb), np.int64(sh), np.int64(sq))
-        _launch("scale_mask_softmax", x2, out2, rows, cols, dtype, extra, defines, override)
+        if _nothing_masked(scale, causal, window, valid_len, mask):
+            _launch("scaled_softmax", x2, out2, rows, cols, dtype, (np.float32(scale),), defines, override)
+        else:
+            _launch("scale_mask_softmax", x2, out2, rows, cols, dtype, extra, defines, override)
     return out
 
 

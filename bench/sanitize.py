@@ -1,7 +1,7 @@
 """compute-sanitizer over every kernel the course ships: each fast-softmax template instance that
 softmax() can launch (fast.instances(): every strategy, dtype, aligned and misaligned, clusters of
-16, of 8 and none), the same for the fused operations (scale + mask + softmax, cross-entropy with
-and without its gradient), the Lab 1 and Lab 2 kernels, and the Triton kernels, each launched on a small
+16, of 8 and none), the same for the fused operations (scale + mask + softmax, the same unmasked,
+cross-entropy with and without its gradient, and its backward's scale), the Lab 1 and Lab 2 kernels, and the Triton kernels, each launched on a small
 input with tails. memcheck (out-of-bounds and misaligned accesses), racecheck (shared-memory
 hazards) and synccheck (barriers not every thread reaches) each run the whole set in one process;
 the summary records the tool's version, the instances and the error count, with the provenance
@@ -57,7 +57,7 @@ def launch_all() -> list:
     # kind (scale + mask) and ignored rows, label smoothing and z-loss (cross-entropy)
     from a07_softmax import cross_entropy as CE
 
-    for op in ("scale_mask_softmax", "cross_entropy", "cross_entropy_loss"):
+    for op in ("scale_mask_softmax", "scaled_softmax", "cross_entropy", "cross_entropy_loss"):
         for dt in fast.DTYPES:
             n = fast.VEC_BYTES // fast.DTYPES[dt][1]
             for cols in fast.PLANNED_COLS:
@@ -73,12 +73,25 @@ def launch_all() -> list:
                             add = torch.zeros(4, cols, device="cuda", dtype=x.dtype)
                             fast.scale_mask_softmax(x, 0.5, causal=True, window=5, valid_len=lens, mask=add,
                                                     clusters=clusters)
+                        elif op == "scaled_softmax":  # scale_mask_softmax with nothing masked
+                            fast.scale_mask_softmax(x, 0.5, clusters=clusters)
                         else:
                             t = torch.tensor([0, -100, cols - 1, cols // 2], device="cuda")
                             grad = torch.empty_like(x) if op == "cross_entropy" else None
                             CE._launch_cuda(x, t, -100, "mean", 0.1, 1e-4, grad, override={"clusters": clusters})
                         torch.cuda.synchronize()
                         launched.append(p.kernel)
+    # cross-entropy's backward on the CUDA path (scale_rows_fast): an upstream gradient of 1 (the
+    # kernel returns at once), a scalar, and one a row
+    for dt in fast.DTYPES:
+        x = rows((5, 1001), dt).clone().requires_grad_(True)
+        t = torch.tensor([0, -100, 1000, 3, 7], device="cuda")
+        for reduction, upstream in (("mean", None), ("mean", torch.tensor(0.5, device="cuda")),
+                                    ("none", torch.arange(5.0, device="cuda"))):
+            x.grad = None
+            CE.cross_entropy(x, t, reduction=reduction).backward(upstream)
+            torch.cuda.synchronize()
+        launched.append(f"scale_rows_fast<{fast.DTYPES[dt][0]}>")
     # Lab 1 and Lab 2
     for cols in (1000, 1025, 4099):
         x = rows((5, cols), "float32")

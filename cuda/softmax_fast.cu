@@ -43,6 +43,8 @@
 //   Softmax                    softmax_fast_<strategy>                p
 //   ScaleMask                  scale_mask_softmax_fast_<strategy>     softmax(x * scale + mask) over
 //                                                                    the visible columns, 0 elsewhere
+//   Scaled                     scaled_softmax_fast_<strategy>         softmax(x * scale), scale > 0
+//                                                                    (the same with nothing masked)
 //   CrossEntropy               cross_entropy_fast_<strategy>          the gradient, and one loss a row
 //                              cross_entropy_loss_fast_<strategy>     one loss a row (no gradient)
 //
@@ -187,6 +189,34 @@ struct SoftmaxOp {
   __device__ __forceinline__ Row row(int, int) const { return Row{}; }
 };
 
+// y = softmax(x * scale) for scale > 0, every column visible: scale_mask_softmax when nothing
+// masks. A vector needs no work of its own here (no span to test, no mask to add): the scale goes
+// into the exp's factor, max(x * scale) = (max x) * scale, and the row streams like the plain
+// softmax. ScaleMaskRow's per-vector span tests cost the 16-bit block rows their occupancy
+// (40 registers against 32) and ran 8 to 12 % slower there (docs/performance.md). The host
+// (fast.scale_mask_softmax) takes this row only for a positive scale; RowBits (16-bit clusters)
+// asks for score() instead, the scaled value.
+struct ScaledRow {
+  using State = MS;
+  static constexpr bool SCORES = true, OUTPUTS = false, SUMS = false, WRITES = true;
+  float scale = 1.0f;
+  __device__ __forceinline__ bool reads(int c0, int, int cols) const { return c0 < cols; }
+  template <class T> __device__ __forceinline__ void see(const T*, int, int) {}
+  __device__ __forceinline__ float score(int, float x) const { return x * scale; }
+  template <int VECS, int N, bool ALIGNED>
+  __device__ __forceinline__ void score_part(float*, int, int, int) const {}  // folded into the exp
+  __device__ __forceinline__ float exp_factor() const { return scale * LOG2E; }
+  __device__ __forceinline__ float state_max(float m) const { return m * scale; }
+  __device__ __forceinline__ void reduced(MS, bool) {}
+  __device__ __forceinline__ float out(int, float p) const { return p; }
+  template <class T> __device__ __forceinline__ void stored(T*) const {}
+};
+struct ScaledOp {
+  float scale;
+  using Row = ScaledRow;
+  __device__ __forceinline__ Row row(int, int) const { return Row{scale}; }
+};
+
 // y = softmax(x * scale + mask) over the columns a query may see, 0 elsewhere: Lab 2's operation
 // (cuda/fused_softmax.cu, same mask rules) in the fast family. The rows are (batch, head, query)
 // flattened, `q_len` queries a head, `heads` heads a batch; query i = row % q_len sees key j when
@@ -301,7 +331,10 @@ struct CrossEntropyRow {
   using State = MSX;
   static constexpr bool SCORES = false, OUTPUTS = true, SUMS = true, WRITES = GRAD;
   int hi = 0;              // columns read: the vocabulary, or 0 for an ignored row
-  int target = -1;         // -1: ignored (no one-hot); -2: out of range
+  // no column: far below any column a vector can start at (a misaligned row's first vector starts
+  // up to N - 1 columns before 0), so that see() never takes one for a column it holds
+  static constexpr int IGNORED = -0x40000000, OUT_OF_RANGE = -0x3fffffff;
+  int target = IGNORED;    // the target's column, or IGNORED (no one-hot), or OUT_OF_RANGE
   bool holds_target = false;
   float x_t = 0.0f;
   float on = 0.0f;         // (1 - eps), then times the gradient's scale
@@ -319,7 +352,7 @@ struct CrossEntropyRow {
   __device__ __forceinline__ float exp_factor() const { return LOG2E; }
   __device__ __forceinline__ float state_max(float m) const { return m; }
   __device__ __forceinline__ void reduced(MSX total, bool lead) {
-    if (target == -1) {
+    if (target == IGNORED) {
       if (lead) *loss = 0.0f;
       return;
     }
@@ -353,12 +386,25 @@ struct CrossEntropyOp {
     const long long t = target[r];
     if (t == ignore_index) return row;  // hi = 0: nothing read, zeros written
     row.hi = cols;
-    row.target = t >= 0 && t < cols ? int(t) : -2;  // out of range (the host refuses it first): NaN
+    row.target = t >= 0 && t < cols ? int(t) : Row::OUT_OF_RANGE;  // (the host refuses it first): NaN
     row.on = 1.0f - eps, row.off = eps / float(cols), row.z = z;
     row.gscale = grad_scale ? *grad_scale : 1.0f;
     return row;
   }
 };
+
+// Misaligned rows (a length that is not a multiple of the vector, or a view at an odd offset)
+// are still read in 16-byte vectors: a row's vector grid starts at the 16-byte boundary at or
+// before the row, `lead` elements early, so position p of the grid is column p - lead. The first
+// vector's columns below 0 belong to the previous row, or, for the first row of a view that starts
+// off a boundary, to the allocation before it (allocations start on 256-byte boundaries, so that
+// boundary lies inside the allocation); they are loaded with the vector and dropped. The vector
+// that would reach past the row's end is read element by element: past the last row lies memory
+// the tensor does not own. plan() sizes misaligned rows for cols + N - 1 elements.
+template <class T>
+__device__ __forceinline__ int lead_of(const T* p) {
+  return int((reinterpret_cast<unsigned long long>(p) & 15u) / sizeof(T));
+}
 
 // The part of a row that one thread owns, held in registers as floats: VECS vectors; vector j of
 // thread t (of the G threads sharing the row) starts at element (j * G + t) * Vec<T>::N, so
@@ -367,25 +413,36 @@ template <class T, int VECS, bool ALIGNED>
 struct RowPart {
   static constexpr int N = Vec<T>::N;
   float v[VECS * N];
+  int lead = 0;  // misaligned rows: elements between the row's start and the boundary before it
 
-  // ALIGNED: cols is a multiple of N and both pointers are 16-byte aligned (checked on the host);
-  // otherwise every element is loaded on its own. A template parameter, not a runtime flag: the
-  // scalar path costs registers even when it never runs. Missing elements are -inf. xr is the
-  // row's start; the thread's vectors start at column base (the 2-pass kernel walks the row).
+  // ALIGNED: cols is a multiple of N and both pointers are 16-byte aligned (checked on the host),
+  // so every row starts on a 16-byte boundary. Otherwise (lead_of() above says how) the
+  // vectors shift to the boundary before the row. A template parameter, not a runtime flag: the
+  // misaligned path costs registers even when it never runs. Missing elements are -inf. xr is
+  // the row's start; the thread's vectors start at position base (the 2-pass kernel walks the row).
   template <class Row>
   __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G, Row& row, int base = 0) {
+    if constexpr (!ALIGNED) lead = lead_of(xr);
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
-      const int c0 = base + (j * G + t) * N;
+      const int c0 = base + (j * G + t) * N - lead;  // the vector's first column (below 0: before the row)
       if (ALIGNED) {
         Vec<T>::unpack(load16_if(xr + c0, row.reads(c0, N, cols), Vec<T>::NEG_INF_WORD), v + j * N);
-      } else {
+      } else if (c0 + N <= cols) {  // ends inside the row: one vector, its columns below 0 dropped
+        Vec<T>::unpack(load16_if(xr + c0, row.reads(c0, N, cols), Vec<T>::NEG_INF_WORD), v + j * N);
+        if (c0 < 0) {
 #pragma unroll
-        for (int e = 0; e < N; ++e) v[j * N + e] = row.reads(c0 + e, 1, cols) ? Vec<T>::scalar(xr[c0 + e]) : A07_NEG_INF;
+          for (int e = 0; e < N; ++e)
+            if (c0 + e < 0) v[j * N + e] = A07_NEG_INF;
+        }
+      } else {  // reaches past the row's end: element by element, nothing read past it
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          v[j * N + e] = c0 + e >= 0 && row.reads(c0 + e, 1, cols) ? Vec<T>::scalar(xr[c0 + e]) : A07_NEG_INF;
       }
       row.see(xr, c0, N);
     }
-    if constexpr (Row::SCORES) row.template score_part<VECS, N, ALIGNED>(v, base, t, G);
+    if constexpr (Row::SCORES) row.template score_part<VECS, N, ALIGNED>(v, base - lead, t, G);
   }
 
   // This thread's (m, s); afterwards v holds exp(x - m_thread): one exp per element, ever.
@@ -397,8 +454,8 @@ struct RowPart {
     float sx = 0.0f;  // the sum of the scores the row holds (SUMS only)
     if constexpr (Row::SUMS) {
 #pragma unroll
-      for (int i = 0; i < VECS * N; ++i)
-        if (base + ((i / N) * G + t) * N + i % N < row.hi) sx += v[i];
+      for (int i = 0; i < VECS * N; ++i)  // columns in [0, hi): one unsigned compare
+        if (unsigned(base - lead + ((i / N) * G + t) * N + i % N) < unsigned(row.hi)) sx += v[i];
     }
     const float m_sub = m == A07_NEG_INF ? 0.0f : m;  // no elements: every exp below is 0
     const float k = row.exp_factor();  // log2(e), or a folded scale times it (ScaleMaskRow)
@@ -411,7 +468,8 @@ struct RowPart {
   // y = exp(x - M) / S = exp(x - m_thread) * exp(m_thread - M) / S. A row whose max is -inf
   // (fully masked) is written as zeros; a thread whose elements are all -inf needs no test of its
   // own (exp(-inf - M) = 0 for any other M, and a NaN M keeps the row NaN). The Row turns each
-  // probability into what is written (OUTPUTS).
+  // probability into what is written (OUTPUTS). Misaligned rows store whole vectors where the
+  // output row has the input's lead (same offset past a boundary), elements elsewhere.
   template <class Row>
   __device__ __forceinline__ void store(T* __restrict__ yr, int cols, int t, int G, float m_thread, MS row_ms,
                                         const Row& row, int base = 0) {
@@ -419,17 +477,20 @@ struct RowPart {
 #pragma unroll
     for (int i = 0; i < VECS * N; ++i) {
       v[i] *= f;
-      if constexpr (Row::OUTPUTS) v[i] = row.out(base + ((i / N) * G + t) * N + i % N, v[i]);
+      if constexpr (Row::OUTPUTS) v[i] = row.out(base - lead + ((i / N) * G + t) * N + i % N, v[i]);
     }
+    const bool same_lead = ALIGNED || lead_of(yr) == lead;
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
-      const int c0 = base + (j * G + t) * N;
+      const int c0 = base + (j * G + t) * N - lead;
       if (ALIGNED) {
         if (c0 < cols) *reinterpret_cast<uint4*>(yr + c0) = Vec<T>::pack(v + j * N);
+      } else if (same_lead && c0 >= 0 && c0 + N <= cols) {
+        *reinterpret_cast<uint4*>(yr + c0) = Vec<T>::pack(v + j * N);
       } else {
 #pragma unroll
         for (int e = 0; e < N; ++e)
-          if (c0 + e < cols) yr[c0 + e] = Vec<T>::from_float(v[j * N + e]);
+          if (unsigned(c0 + e) < unsigned(cols)) yr[c0 + e] = Vec<T>::from_float(v[j * N + e]);
       }
     }
     row.stored(yr);
@@ -551,24 +612,35 @@ struct RowBits {
   // free of spills).
   static constexpr bool HINTED = Bits::SHIFT_UNPACK && VECS <= 8;
   uint4 u[VECS];
+  int lead = 0;  // misaligned rows: as RowPart's (lead_of())
 
   template <class Row>
   __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G, Row& row) {
     static_assert(!(Row::SUMS && Row::SCORES), "RowBits sums the raw values: a Row that sums has no scores");
+    if constexpr (!ALIGNED) lead = lead_of(xr);
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
-      const int c0 = (j * G + t) * N;
-      if (ALIGNED) {
+      const int c0 = (j * G + t) * N - lead;
+      if (ALIGNED || c0 + N <= cols) {  // one vector (misaligned: its columns below 0 become -inf)
         const bool inside = row.reads(c0, N, cols);
         if constexpr (HINTED) u[j] = load16_if(xr + c0, inside, NEG_INF2);
         else u[j] = inside ? *reinterpret_cast<const uint4*>(xr + c0) : make_uint4(NEG_INF2, NEG_INF2, NEG_INF2, NEG_INF2);
-      } else {  // one element at a time, paired up in registers; missing ones are -inf
+        if (!ALIGNED && c0 < 0) {
+          unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            if (c0 + 2 * k < 0) w[k] = (w[k] & 0xffff0000u) | (NEG_INF2 & 0xffffu);
+            if (c0 + 2 * k + 1 < 0) w[k] = (w[k] & 0xffffu) | (NEG_INF2 & 0xffff0000u);
+          }
+          u[j] = make_uint4(w[0], w[1], w[2], w[3]);
+        }
+      } else {  // reaches past the row's end: one element at a time, paired up; missing ones are -inf
         unsigned w[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int c = c0 + 2 * k;
-          w[k] = (row.reads(c, 1, cols) ? xr[c].bits : NEG_INF2 & 0xffffu) |
-                 (row.reads(c + 1, 1, cols) ? xr[c + 1].bits : NEG_INF2 >> 16) << 16;
+          w[k] = (c >= 0 && row.reads(c, 1, cols) ? xr[c].bits : NEG_INF2 & 0xffffu) |
+                 (c + 1 >= 0 && row.reads(c + 1, 1, cols) ? xr[c + 1].bits : NEG_INF2 >> 16) << 16;
         }
         u[j] = make_uint4(w[0], w[1], w[2], w[3]);
       }
@@ -600,7 +672,7 @@ struct RowBits {
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
-      const int c0 = (j * G + t) * N;
+      const int c0 = (j * G + t) * N - lead;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         s_lo += exp_of<FFMA>(value(row, w[k], false, c0 + 2 * k), m, bias);
@@ -609,7 +681,8 @@ struct RowBits {
           const float lo = Bits::lo(w[k]), hi = Bits::hi(w[k]);
           // aligned rows end on a vector boundary: a vector is wholly in the row or wholly padding
           if constexpr (ALIGNED) sx += c0 < row.hi ? lo + hi : 0.0f;
-          else sx += (c0 + 2 * k < row.hi ? lo : 0.0f) + (c0 + 2 * k + 1 < row.hi ? hi : 0.0f);
+          else sx += (unsigned(c0 + 2 * k) < unsigned(row.hi) ? lo : 0.0f) +
+                     (unsigned(c0 + 2 * k + 1) < unsigned(row.hi) ? hi : 0.0f);
         }
       }
     }
@@ -627,7 +700,7 @@ struct RowBits {
       for (int j = 0; j < VECS; ++j) {
         const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
 #pragma unroll
-        for (int k = 0; k < 8; ++k) m = max_nan(m, value(row, w[k / 2], k % 2, (j * G + t) * N + k));
+        for (int k = 0; k < 8; ++k) m = max_nan(m, value(row, w[k / 2], k % 2, (j * G + t) * N - lead + k));
       }
     } else {
       unsigned pair = NEG_INF2;
@@ -654,9 +727,10 @@ struct RowBits {
   template <bool FFMA, class Row>
   __device__ __forceinline__ void store_exps(T* __restrict__ yr, int cols, int t, int G, float m, float bias,
                                              const Row& row) const {
+    const bool same_lead = ALIGNED || lead_of(yr) == lead;  // whole vectors where the output lines up
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
-      const int c0 = (j * G + t) * N;
+      const int c0 = (j * G + t) * N - lead;
       const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
       unsigned out[4];
 #pragma unroll
@@ -676,10 +750,12 @@ struct RowBits {
       }
       if (ALIGNED) {
         if (c0 < cols) *reinterpret_cast<uint4*>(yr + c0) = make_uint4(out[0], out[1], out[2], out[3]);
+      } else if (same_lead && c0 >= 0 && c0 + N <= cols) {
+        *reinterpret_cast<uint4*>(yr + c0) = make_uint4(out[0], out[1], out[2], out[3]);
       } else {
 #pragma unroll
         for (int e = 0; e < N; ++e)
-          if (c0 + e < cols) yr[c0 + e] = T{static_cast<unsigned short>(out[e / 2] >> (16 * (e % 2)))};
+          if (unsigned(c0 + e) < unsigned(cols)) yr[c0 + e] = T{static_cast<unsigned short>(out[e / 2] >> (16 * (e % 2)))};
       }
     }
   }
@@ -767,8 +843,9 @@ __device__ __forceinline__ void twopass_row(const T* __restrict__ x, T* __restri
   T* yr = y + row * cols;
   auto ro = op.row(int(row), cols);
   const int step = blockDim.x * VECS * Vec<T>::N;
+  const int span = ALIGNED ? cols : cols + lead_of(xr);  // grid positions: misaligned rows start early
   State st = make_state<State>(A07_NEG_INF, 0.0f, 0.0f);
-  for (int base = 0; base < cols; base += step) {
+  for (int base = 0; base < span; base += step) {
     RowPart<T, VECS, ALIGNED> part;
     part.load(xr, cols, threadIdx.x, blockDim.x, ro, base);
     st = combine(st, part.stats(ro, threadIdx.x, blockDim.x, base));
@@ -776,7 +853,7 @@ __device__ __forceinline__ void twopass_row(const T* __restrict__ x, T* __restri
   const State total = block_reduce(st);
   ro.reduced(total, threadIdx.x == 0);
   if constexpr (!Op::Row::WRITES) return;
-  for (int base = 0; base < cols; base += step) {
+  for (int base = 0; base < span; base += step) {
     RowPart<T, VECS, ALIGNED> part;
     part.load(xr, cols, threadIdx.x, blockDim.x, ro, base);
     const auto mine = part.stats(ro, threadIdx.x, blockDim.x, base);
@@ -851,9 +928,28 @@ __device__ __forceinline__ void twopass_row(const T* __restrict__ x, T* __restri
 
 A07_ROW_KERNELS(softmax_fast, (), SoftmaxOp{})
 A07_ROW_KERNELS(scale_mask_softmax_fast, A07_SCALE_MASK_PARAMS, A07_SCALE_MASK_OP)
+// scale_mask_softmax with nothing masked and a positive scale
+A07_ROW_KERNELS(scaled_softmax_fast, (, float scale), (ScaledOp{scale}))
 A07_ROW_KERNELS(cross_entropy_fast, A07_CROSS_ENTROPY_PARAMS, A07_CROSS_ENTROPY_OP(true))
 // the loss alone: the logits read once, nothing written but one float a row (y is not touched)
 A07_ROW_KERNELS(cross_entropy_loss_fast, A07_CROSS_ENTROPY_PARAMS, A07_CROSS_ENTROPY_OP(false))
+
+// The backward of the fused cross-entropy: the gradient its forward stored, times the upstream
+// gradient, in place: g[row] *= factor[per_row ? row : 0]. A factor of exactly 1 (loss.backward()
+// of a mean or a sum) leaves the row untouched and costs no memory traffic; the host never asks
+// what the factor is (that would wait for the GPU). The rare other factors take the plain
+// element-by-element loop: one read and one write of the gradient either way.
+template <class T>
+__global__ void __launch_bounds__(256) scale_rows_fast(T* __restrict__ g, int rows, int cols,
+                                                       const float* __restrict__ factor, int per_row) {
+  if (!per_row && factor[0] == 1.0f) return;
+  for (long long row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float f = factor[per_row ? row : 0];
+    if (f == 1.0f) continue;
+    T* gr = g + row * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) gr[c] = Vec<T>::from_float(Vec<T>::scalar(gr[c]) * f);
+  }
+}
 
 // The control for "faster than the copy": a device-to-device copy of n 16-byte vectors whose loads
 // carry the same L2 hint as the kernels above (load16_if). The benchmark times it beside the plain

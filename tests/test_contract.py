@@ -73,6 +73,30 @@ def test_fast_softmax_on_the_cpu_target(rng, dtype, cols, aligned):
     _assert_keeps(fast.softmax_on_cpu(x, dtype, aligned=aligned), x, f"fast softmax {p.kernel}", dtype=dtype)
 
 
+# (input, output) element offsets into their buffers: the input misaligned and the output on the
+# same lead (whole vectors stored), or on a boundary, or each on its own lead (elements stored)
+VIEW_OFFSETS = [(1, 1), (1, 0), (0, 3), (3, 1)]
+
+
+@needs_cxx
+@pytest.mark.parametrize("dtype", contract.DTYPES)
+@pytest.mark.parametrize("cols,offsets,strategy", [(c, o, None) for c in (31, 1000) for o in VIEW_OFFSETS]
+                         + [(4099, (3, 1), None), (16384, (1, 0), "2pass"), (16384, (0, 3), "2pass")])
+def test_fast_softmax_on_views_at_odd_offsets_on_the_cpu_target(rng, dtype, cols, offsets, strategy):
+    """Misaligned rows are read in 16-byte vectors from the boundary before them: the columns a
+    first vector holds before the row (the previous row's, or poison before the buffer) must be
+    dropped, the last vector must stop at the row's end, and nothing may be written before the
+    output's start (the CPU target's driver checks the poison there). 31 columns: every row on its
+    own lead; 1000: each row on the first one's; 4099: the block strategy; 16384 (a whole number
+    of the two-pass kernel's steps): the two-pass walk must take one step more for the lead.
+    Offset (0, 3): the input's rows start on a boundary, the output's do not."""
+    x = contract.rows(dtype, cols, rng)
+    over = {"strategy": strategy} if strategy else {}
+    p = fast.plan(cols, dtype, x.shape[0], clusters=0, aligned=False, **over)
+    _assert_keeps(fast.softmax_on_cpu(x, dtype, offsets=offsets, **over), x,
+                  f"fast softmax {p.kernel}, input and output {offsets} elements into their buffers", dtype=dtype)
+
+
 @needs_cxx
 @pytest.mark.parametrize("dtype", contract.DTYPES)
 @pytest.mark.parametrize("cols,aligned", [(1, None), (257, None), (4099, None), (70001, None), (1000, False)])

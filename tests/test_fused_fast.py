@@ -113,6 +113,9 @@ def test_scale_mask_softmax_over_the_whole_finite_range(rng, dtype):
     keep = _visible(8, cols, 8, True, 0, None)
     got = fast.scale_mask_softmax_on_cpu(x, 1.0, dtype, causal=True)
     _check(got, _expected(_rounded(x, dtype), 1.0, keep), dtype, f"{dtype} scores up to {big:g}")
+    got = fast.scale_mask_softmax_on_cpu(x, 0.5, dtype)                  # nothing masked: the scaled kernel
+    _check(got, _expected(_rounded(x, dtype), 0.5, np.ones_like(keep)), dtype,
+           f"{dtype} scores up to {big:g}, nothing masked, scale 0.5")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -140,6 +143,57 @@ def test_each_cpu_strategy_and_the_element_path(rng, strategy, cols, aligned):
     got = fast.scale_mask_softmax_on_cpu(np.where(keep, x, np.nan), 1.0, causal=True, valid_len=vl, q_len=4,
                                          strategy=strategy, aligned=None if aligned else False)
     _check(got, _expected(x, 1.0, keep), "float32", f"{strategy}, aligned={aligned}")
+    got = fast.scale_mask_softmax_on_cpu(x, 0.7, strategy=strategy, aligned=None if aligned else False)
+    _check(got, _expected(x, 0.7, np.ones_like(keep)), "float32", f"{strategy}, aligned={aligned}, nothing masked")
+
+
+# (input, output) element offsets into their buffers (see test_contract.VIEW_OFFSETS)
+VIEW_OFFSETS = [(1, 1), (1, 0), (0, 3), (3, 1)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("offsets", VIEW_OFFSETS)
+@pytest.mark.parametrize("cols,strategy", [(37, "warp"), (700, "block"), (16384, "2pass")])
+def test_scale_mask_softmax_on_views_at_odd_offsets(rng, dtype, offsets, cols, strategy):
+    """Rows read from the 16-byte boundary before them: the mask's span is counted in the row's
+    columns, not the vector grid's, and the columns before the row (a neighbour's scores, NaN
+    here) never count. Every mask kind at once, and nothing masked (the scaled kernel). 16384
+    columns are a whole number of two-pass steps: the walk must take one step more for the lead."""
+    q_len, rows = 4, 12
+    x = rng.normal(0, 6, size=(rows, cols))
+    vl = rng.integers(1, cols + 1, size=rows).astype(np.int32)
+    vl[5] = 0                                              # fully masked
+    keep = _visible(rows, cols, q_len, True, 5, vl)
+    got = fast.scale_mask_softmax_on_cpu(np.where(keep, x, np.nan), 0.6, dtype, causal=True, window=5,
+                                         valid_len=vl, q_len=q_len, offsets=offsets, strategy=strategy)
+    where = f"{cols} columns ({strategy}), {dtype}, input and output {offsets} elements into their buffers"
+    _check(got, _expected(_rounded(x, dtype), 0.6, keep), dtype, f"causal + window + padding, {where}")
+    assert not got[5].any(), f"a fully masked row must be zeros ({where})"
+    got = fast.scale_mask_softmax_on_cpu(x, 0.6, dtype, offsets=offsets, strategy=strategy)
+    _check(got, _expected(_rounded(x, dtype), 0.6, np.ones_like(keep)), dtype, f"nothing masked, {where}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("offsets", VIEW_OFFSETS)
+@pytest.mark.parametrize("vocab,strategy", [(13, "warp"), (1001, "block"), (16384, "2pass")])
+def test_cross_entropy_on_views_at_odd_offsets(rng, dtype, offsets, vocab, strategy):
+    """Logits and gradient at odd offsets: targets at both ends of the vocabulary, ignored rows
+    (whose first vector may hold columns of the row before: none may be taken for the target), the
+    loss alone. 16384: a whole number of two-pass steps (the walk takes one more for the lead)."""
+    rows = 9
+    x = rng.normal(0, 8, size=(rows, vocab))
+    t = _targets(rng, rows, vocab)
+    t[4] = t[6] = -100
+    t[5] = 0
+    where = f"V = {vocab} ({strategy}), {dtype}, logits and gradient {offsets} elements into their buffers"
+    loss, grad = fast.cross_entropy_on_cpu(x, t, dtype, label_smoothing=0.1, offsets=offsets, strategy=strategy)
+    ref_loss, ref_grad = CE.reference(_rounded(x, dtype), t, reduction="none", label_smoothing=0.1)
+    _loss_close(loss, ref_loss, where)
+    assert _grad_err(grad, ref_grad) <= accuracy.tolerance(dtype), f"gradient, {where}"
+    assert not grad[[1, 4, 6]].any() and not loss[[1, 4, 6]].any(), f"ignored rows: zero gradient and loss ({where})"
+    only, _ = fast.cross_entropy_on_cpu(x, t, dtype, label_smoothing=0.1, grad=False, offsets=offsets,
+                                        strategy=strategy)
+    _loss_close(only, ref_loss, f"loss alone, {where}")
 
 
 def test_bad_mask_arguments_are_clear_errors(rng):
@@ -267,6 +321,43 @@ def test_the_target_gradient_is_formed_in_fp32_in_every_dtype():
         assert abs(grad[0, 5] - ref[0, 5]) <= accuracy.tolerance(dtype) * abs(ref[0, 5]), dtype
 
 
+def _scale_rows_on_cpu(g, factor, dtype, grid):
+    kinds = [("inout", dtype), ("i32", None), ("i32", None), ("in", "float32"), ("i32", None)]
+    key = ("scale_rows", dtype)
+    if key not in _SCALE_BUILDS:
+        work = cpu_target.scratch()
+        name = f"scale_rows_fast<{fast.DTYPES[dtype][0]}>"
+        _SCALE_BUILDS[key] = (cpu_target.build(fast.native.ROOT / fast.SOURCE["CUDA"], name, kinds, work), work)
+    exe, work = _SCALE_BUILDS[key]
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(dir=work) as run_dir:
+        out = cpu_target.run(exe, grid, 64, kinds, [g, *g.shape, np.asarray(factor, np.float32), int(np.size(factor) > 1)],
+                             Path(run_dir))
+    return out[0]
+
+
+_SCALE_BUILDS: dict = {}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_backward_scale_kernel_on_the_cpu(rng, dtype):
+    """scale_rows_fast, cross-entropy's backward on the CUDA path: rows times the upstream gradient,
+    in place, a factor of exactly 1 leaving its row as it was. Fewer blocks (3) than rows (7), and
+    rows (101) longer than a block (64 threads) and not a multiple of it: every row and column must
+    be reached.
+    Per-row factors start with a 1, so a kernel that judged every row by the first factor fails."""
+    g = _rounded(rng.normal(0, 3, size=(7, 101)), dtype)
+    # factors of few bits: each product is exact in fp32, so it is rounded to the dtype once, as here
+    for factor, why in ((np.array([1.0]), "a scalar 1: untouched"), (np.array([0.375]), "a scalar"),
+                        (np.array([1.0, 2.0, 0.0, -1.5, 1.0, 0.5, np.nan]), "one factor a row")):
+        got = _scale_rows_on_cpu(g, factor, dtype, grid=3)
+        want = _rounded(g * (factor[:, None] if factor.size > 1 else factor[0]), dtype)
+        wrong = sorted(set(np.nonzero(~np.isclose(got, want, rtol=0, atol=0, equal_nan=True))[0].tolist()))
+        assert not wrong, f"{dtype}, {why}: rows {wrong} of 7 not scaled by their factor"
+
+
 # ------------------------------------------------------------------------------------------------
 # On the GPU
 # ------------------------------------------------------------------------------------------------
@@ -342,3 +433,65 @@ def test_cross_entropy_kernel_on_the_gpu(rng, dtype, vocab):
             only = CE.cross_entropy(xt, torch.tensor(t).cuda(), reduction="sum", label_smoothing=smoothing,
                                     z_loss=z, backend="cuda")
         _loss_close(np.array([only.item()]), np.array([ref_loss]), where + " (loss alone)")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("offsets", VIEW_OFFSETS)
+@pytest.mark.parametrize("cols,strategy", [(31, None), (1000, None), (16384, "2pass"), (65537, None), (262147, None)])
+def test_views_at_odd_offsets_on_the_gpu(rng, dtype, offsets, cols, strategy):
+    """Softmax, scale + mask + softmax and cross-entropy on views that start off a 16-byte boundary
+    (and rows whose length is not a multiple of the vector), through every strategy the GPU runs:
+    warp, block, two-pass, and the cluster kernels (fp32 rows in registers as floats, 16-bit rows as
+    raw bits: only a GPU runs them). Row 1's largest score is its first column, row 2's its last,
+    row 3 is all -inf after it (fully masked; ignored in cross-entropy): a first vector that kept the
+    previous row's columns, or a last one cut short, shows. Both buffers are NaN around the views,
+    and must stay so."""
+    import torch
+
+    dt = getattr(torch, dtype)
+    rows = 5
+    x = rng.normal(0, 6, size=(rows, cols))
+    x[1, 0] = x[2, -1] = 60.0
+    x[3] = -np.inf
+    over = {"strategy": strategy} if strategy else {}
+
+    def views():
+        bufs = [torch.full((rows * cols + o + 64,), float("nan"), dtype=dt, device="cuda") for o in offsets]
+        xv, yv = (b[o:o + rows * cols].view(rows, cols) for b, o in zip(bufs, offsets))
+        xv.copy_(torch.tensor(x))
+        return bufs, xv, yv
+
+    def untouched(bufs, what):
+        for b, o in zip(bufs, offsets):
+            outside = torch.cat([b[:o], b[o + rows * cols:]])
+            assert bool(torch.isnan(outside).all()), f"{what}: written outside its view (offsets {offsets})"
+
+    seen = _rounded(x, dtype)
+    for what, run, keep, scale in (
+            ("softmax", lambda xv, yv: fast.softmax(xv, out=yv, **over), np.ones((rows, cols), bool), 1.0),
+            ("causal scale_mask_softmax", lambda xv, yv: fast.scale_mask_softmax(
+                xv, 0.6, causal=True, window=cols // 2 + 1, q_len=rows, out=yv, **over),
+             _visible(rows, cols, rows, True, cols // 2 + 1, None), 0.6),
+            ("scale_mask_softmax, nothing masked", lambda xv, yv: fast.scale_mask_softmax(xv, 0.6, out=yv, **over),
+             np.ones((rows, cols), bool), 0.6)):
+        bufs, xv, yv = views()
+        run(xv, yv)
+        op = "softmax" if what == "softmax" else "scaled_softmax" if "nothing" in what else "scale_mask_softmax"
+        where = f"{what}, {cols} columns, {dtype}, {fast.plan(cols, dtype, rows, op=op, aligned=False, **over).describe()}"
+        _check(yv.float().cpu().numpy(), _expected(seen, scale, keep), dtype, f"{where}, offsets {offsets}")
+        untouched(bufs, where)
+
+    t = _targets(rng, rows, cols)
+    t[3] = -100
+    bufs, xv, yv = views()
+    tt = torch.tensor(t).cuda()
+    where = f"cross-entropy, V = {cols}, {dtype}, offsets {offsets}, " \
+            f"{fast.plan(cols, dtype, rows, op='cross_entropy', aligned=False, **over).describe()}"
+    loss = CE._launch_cuda(xv, tt, -100, "none", 0.1, 0.0, yv, override=over)
+    ref_loss, ref_grad = CE.reference(seen, t, reduction="none", label_smoothing=0.1)
+    _loss_close(loss.cpu().numpy(), ref_loss, where)
+    assert _grad_err(yv.double().cpu().numpy(), ref_grad) <= accuracy.tolerance(dtype), f"gradient, {where}"
+    untouched(bufs, where)
+    only = CE._launch_cuda(xv, tt, -100, "none", 0.1, 0.0, None, override=over)
+    _loss_close(only.cpu().numpy(), ref_loss, f"loss alone, {where}")
