@@ -404,9 +404,14 @@ def test_docs_performance_quotes_the_attention_and_cross_entropy_runs():
     met = sorted((dt, v) for (dt, v), ms in fast.items()
                  if next(r for r in ce["runs"] if r["impl"] == "a07.fast.cross_entropy[unchecked]" and r["dtype"] == dt
                          and r["vocab"] == v and r["mode"] == "loss+grad")["GBps"] >= 0.9 * ce["copy_GBps"])
-    assert met == [("bfloat16", 32768), ("bfloat16", 262144), ("float32", 32768), ("float32", 128256),
-                   ("float32", 131072)] and "The issue's 90 % is met for loss + grad at 32768, 128256 and 131072 " \
-        "in fp32 and at 32768 and 262144 in bf16" in doc
+    assert met == sorted(fast) and "The issue's 90 % is met for loss + grad at every V but 50257, in fp32 and bf16" in doc
+    assert "fastest for loss + grad at every V:" in doc
+    for dt, v in {(r["dtype"], r["vocab"]) for r in ce["runs"]}:
+        at = [r for r in ce["runs"] if r["mode"] == "loss+grad" and r["dtype"] == dt and r["vocab"] == v]
+        assert min(at, key=lambda r: r["ms"])["impl"] == "a07.fast.cross_entropy[unchecked]", (dt, v)
+    loss_alone = [100 * r["GBps"] / ce["copy_GBps"] for r in ce["runs"] if r["impl"] == "a07.fast.cross_entropy[unchecked]"
+                  and r["mode"] == "loss" and r["vocab"] != 50257]
+    assert f"the loss alone (target 90 % of the read rate) reaches {min(loss_alone):.0f}-{max(loss_alone):.0f} %" in doc
     if not any(r["impl"] == names["Liger's `LigerCrossEntropyLoss`"] for r in ce["runs"]):
         assert "Liger's wheel did not install on the GPU machine for this run" in doc
         del names["Liger's `LigerCrossEntropyLoss`"]
@@ -460,7 +465,7 @@ def test_time_against_dram_reading_holds():
 def test_notebook_08_reading_of_the_cross_entropy_run_holds():
     """Notebook 08: both course kernels beat eager PyTorch in time and memory at the aligned
     vocabularies; the CUDA kernel without the host's wait for the target test is the fastest there,
-    about twice the Triton twin; its spans of % of copy, with and without that wait, as printed."""
+    2 to 2.5 times the Triton twin; its spans of % of copy, with and without that wait, as printed."""
     import json
 
     from a07_softmax.paths import ROOT
@@ -469,6 +474,7 @@ def test_notebook_08_reading_of_the_cross_entropy_run_holds():
     runs = [r for r in d["runs"] if r["mode"] == "loss+grad"]
     by = {(r["impl"], r["dtype"], r["vocab"]): r for r in runs}
     aligned = {(dt, v) for _, dt, v in by if v != 50257}
+    ratios = []
     for dtype, vocab in aligned:
         eager = by[("F.cross_entropy", dtype, vocab)]
         for impl in ("a07.fast.cross_entropy", "a07.cross_entropy"):
@@ -476,14 +482,14 @@ def test_notebook_08_reading_of_the_cross_entropy_run_holds():
             assert r["ms"] < eager["ms"] and r["peak_extra_bytes"] < eager["peak_extra_bytes"], (impl, dtype, vocab)
         fastest = min((r for k, r in by.items() if k[1:] == (dtype, vocab)), key=lambda r: r["ms"])
         assert fastest["impl"].startswith("a07.fast.cross_entropy"), (dtype, vocab, fastest["impl"])
-        ratio = by[("a07.cross_entropy", dtype, vocab)]["ms"] / fastest["ms"]
-        assert 1.5 < ratio < 2.5, (dtype, vocab, ratio)
+        ratios.append(by[("a07.cross_entropy", dtype, vocab)]["ms"] / fastest["ms"])
     def span(impl):
         v = [100 * r["GBps"] / d["copy_GBps"] for (i, dt, vocab), r in by.items() if i == impl and vocab != 50257]
         return f"{min(v):.0f}-{max(v):.0f} %"
     cells = json.loads((ROOT / "notebooks" / "08_log_softmax_cross_entropy.ipynb").read_text())["cells"]
     text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
-    assert "the CUDA kernel is the fastest here at the aligned vocabularies, about twice the Triton twin" in text
+    assert "the CUDA kernel is the fastest here at the aligned vocabularies, " \
+        f"{min(ratios):.1f}-{max(ratios):.1f} times the Triton twin" in text
     assert f"at {span('a07.fast.cross_entropy[unchecked]')} of the copy rate for loss + gradient. That is the call " \
         "with `check_targets=False`" in text
     assert f"the same kernel then shows {span('a07.fast.cross_entropy')}" in text
@@ -492,10 +498,13 @@ def test_notebook_08_reading_of_the_cross_entropy_run_holds():
 
 
 def test_the_50257_exception_named_in_notebook_08_is_real():
+    """Notebook 08: at V = 50257 (rows off a 16-byte boundary) the Triton twin, loading element by
+    element, is slower than eager PyTorch in bf16; the CUDA kernel, reading such rows in vectors from
+    the boundary before them, stays ahead in both dtypes."""
     d = results.load_cross_entropy("nvidia-h200")
     by = {(r["impl"], r["dtype"]): r for r in d["runs"] if r["mode"] == "loss+grad" and r["vocab"] == 50257}
-    assert any(by[("a07.cross_entropy", dt)]["ms"] > by[("F.cross_entropy", dt)]["ms"] for dt in ("float32", "bfloat16"))
-    assert any(by[("a07.fast.cross_entropy", dt)]["ms"] > by[("F.cross_entropy", dt)]["ms"]
+    assert by[("a07.cross_entropy", "bfloat16")]["ms"] > by[("F.cross_entropy", "bfloat16")]["ms"]
+    assert all(by[("a07.fast.cross_entropy", dt)]["ms"] < by[("F.cross_entropy", dt)]["ms"]
                for dt in ("float32", "bfloat16"))
 
 
@@ -508,9 +517,9 @@ def test_docs_performance_reads_the_dram_bytes_and_the_50257_point():
     doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
     t = {(r["impl"], r["dtype"], r["cols"]): r for r in results.load_traffic("nvidia-h200")}
     reads = {k: r["read"] / (r["rows"] * r["cols"] * (4 if r["dtype"] == "float32" else 2)) for k, r in t.items()}
-    assert "reads long rows three times in fp32 from 65536 columns on (bf16: 1.7 reads at 65536, 3 at 262144)" in doc
+    assert "reads long rows three times in fp32 from 65536 columns on (bf16: " \
+        f"{reads[('torch.softmax', 'bfloat16', 65536)]:.1f} reads at 65536, 3 at 262144)" in doc
     assert all(abs(reads[("torch.softmax", "float32", c)] - 3) < 0.05 for c in (65536, 262144))
-    assert f"{reads[('torch.softmax', 'bfloat16', 65536)]:.1f}" == "1.7"
     assert abs(reads[("torch.softmax", "bfloat16", 262144)] - 3) < 0.05
     assert all(abs(reads[("cuda.softmax_fast", dt, c)] - 1) < 0.01 for _, dt, c in t if _ == "cuda.softmax_fast")
     short = {dt: [r["model"] - r["measured"] for (i, d_, c), r in t.items() if d_ == dt and i == "cuda.softmax_fast"]
@@ -525,7 +534,7 @@ def test_docs_performance_reads_the_dram_bytes_and_the_50257_point():
     assert f"the CUDA kernel reaches {pct['a07.fast.cross_entropy', 'float32']:.0f} % (fp32) and " \
         f"{pct['a07.fast.cross_entropy', 'bfloat16']:.0f} % (bf16) for loss + grad" in doc
     fastest = {dt: min((k for k in pct if k[1] == dt), key=lambda k: -pct[k])[0] for dt in ("float32", "bfloat16")}
-    assert set(fastest.values()) == {"torch.compile(F.cross_entropy)"} and "`torch.compile` is fastest there" in doc
+    assert set(fastest.values()) == {"a07.fast.cross_entropy[unchecked]"} and "the CUDA kernel is fastest there" in doc
 
 
 def test_every_committed_result_has_a_step_that_rewrites_it():
@@ -563,6 +572,10 @@ def test_docs_performance_reads_the_scale_mask_run():
     met = [s_ for s_, v in rows["float32", True].items() if s_ >= 512 and v["fast"] <= 0.8 * v["copy"]]
     assert met == [16384] and "is met only at S = 16384" in doc
     assert f"bf16 causal: {min(x('bfloat16', True)):.2f}-{max(x('bfloat16', True)):.2f} times the copy" in doc
+    assert min(pct("float32", False, every) + pct("bfloat16", False, every)) >= 95 and \
+        "so the issue's 95 % holds at every S in both" in doc
+    lead16 = [min(v[p] for p in ("triton", "torch.compile")) / v["fast"] for v in rows["bfloat16", True].values()]
+    assert f"copy, {min(lead16):.2f}-{max(lead16):.2f} times faster than the better of" in doc
     unfused = [v["lab2.unfused"] / v["fast"] for c in (False, True) for v in rows["float32", c].values()]
     assert f"three-kernel path (fp32): {min(unfused):.1f}-{max(unfused):.1f} times faster" in doc
     r128 = rows["float32", False][128]["lab2.fused"] / rows["float32", False][128]["fast"]
@@ -592,7 +605,9 @@ def test_notebook_05_reading_of_the_scale_mask_run_holds():
     x = [v["fast"] / v["copy"] for v in causal.values()]
     assert f"Causal rows take {min(x):.2f}-{max(x):.2f} times the copy's time" in text
     bf = [100 * v["copy"] / v["fast"] for s, v in results.scale_mask_rows(d, "bfloat16", False).items() if s >= 2048]
-    assert f"the fast path drops to {min(bf):.0f}-{max(bf):.0f} % of copy" in text
+    assert f"the fast path holds {min(bf):.0f}-{max(bf):.0f} % of copy from S = 2048 on without a mask" in text
+    bc = [v["fast"] / v["copy"] for v in results.scale_mask_rows(d, "bfloat16", True).values()]
+    assert f"causal bf16 rows take {min(bc):.2f}-{max(bc):.2f} times the copy's time" in text
 
 
 def test_notebook_08_reading_of_the_cross_entropy_dram_bytes_holds():
