@@ -173,6 +173,24 @@ def test_every_planned_instance_compiles_without_spills():
         assert k.registers * bound <= 65536, f"{k.name} cannot launch {bound} threads with {k.registers} registers"
 
 
+@pytest.mark.parametrize("cols", [2048, 4096, 8192])
+def test_unmasked_scale_mask_rows_are_as_light_as_the_plain_softmax(cols):
+    """docs/performance.md and notebook 05: an unmasked scale_mask_softmax runs the scaled kernel,
+    whose 16-bit block instances take no more registers than the plain softmax's (32 or fewer, 2048
+    threads an SM), where the masked kernel's per-vector span tests take more (fewer threads an SM)."""
+    plans = {op: fast.plan(cols, "bfloat16", 2**28 // cols, op=op) for op in ("softmax", "scaled_softmax",
+                                                                              "scale_mask_softmax")}
+    assert len({p.params for p in plans.values()}) == 1, plans   # the same shape, so registers compare
+    try:
+        res = fast.compile_report([p.kernel for p in plans.values()])
+    except RuntimeError as e:
+        pytest.skip(str(e))
+    assert res.ok, res.log[-3000:]
+    regs = {k.name: k.registers for k in res.kernels}
+    plain, scaled, masked = (regs[plans[op].kernel] for op in ("softmax", "scaled_softmax", "scale_mask_softmax"))
+    assert scaled <= plain <= 32 < masked, (plain, scaled, masked)
+
+
 def test_hip_twin_compiles_for_gfx90a(tmp_path):
     """The HIP twin builds every instance the table can pick on a device without clusters."""
     kernels = [k for k in fast.instances() if "cluster" not in k]
