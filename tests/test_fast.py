@@ -428,7 +428,7 @@ def test_every_sweep_behind_docs_performance_names_a_plan_it_can_build():
     for name, (_, runs) in sweeps.CLAIMS.items():
         for dtype, cols_list, configs, *op in runs:
             assert "" in configs, name
-            op = {"softmax": "softmax", "scale_mask": "scale_mask_softmax"}[op[0] if op else "softmax"]
+            op = sweeps.PLAN_OP[op[0] if op else "softmax"]
             for cols in cols_list:
                 kernels = set()
                 for cfg in configs:

@@ -46,8 +46,14 @@ CLAIMS = {
                         "against 2048 threads an SM (32 registers, with a small spill)",
                         [("bfloat16", [2048, 4096, 8192], ["", "-DA07_BLOCK_MIN_THREADS=2048"], "scale_mask"),
                          ("bfloat16", [4096], ["", "-DA07_BLOCK_MIN_THREADS=2048"])]),
+    "causal-occupancy": ("16-bit causal scale-mask rows (square scores, half the reads skipped): the masked "
+                         "operation's registers against 2048 threads an SM",
+                         [("bfloat16", [2048, 4096, 8192], ["", "-DA07_BLOCK_MIN_THREADS=2048"], "scale_mask_causal")]),
 }
 SCALE = 0.08838834764831843  # 1 / sqrt(128), the scale of bench/scale_mask.py
+# a sweep's op -> the fast.plan() op it launches: an unmasked scale_mask_softmax with a positive
+# scale runs the scaled kernel (fast.scale_mask_softmax); a causal one the masked kernel
+PLAN_OP = {"softmax": "softmax", "scale_mask": "scaled_softmax", "scale_mask_causal": "scale_mask_softmax"}
 
 
 def parse_config(text: str):
@@ -64,7 +70,8 @@ def parse_config(text: str):
 
 def measure(dtype: str, cols: int, configs, rounds: int, op: str = "softmax"):
     """[(config, plan description, median ms, % of copy, rounds ms, max rel err)] and the copy's GB/s.
-    op: "softmax", or "scale_mask" (fast.scale_mask_softmax(x, SCALE), no mask)."""
+    op: "softmax", "scale_mask" (fast.scale_mask_softmax(x, SCALE), no mask) or "scale_mask_causal"
+    (the same, causal, with q_len = cols: square score matrices)."""
     import numpy as np
     import torch
 
@@ -74,19 +81,25 @@ def measure(dtype: str, cols: int, configs, rounds: int, op: str = "softmax"):
     rows = bench.TOTAL // cols
     x = (torch.randn(rows, cols, device="cuda") * 4).to(getattr(torch, dtype))
     out = torch.empty_like(x)
-    ref = torch.softmax(x.double() * (SCALE if op == "scale_mask" else 1.0), -1)
+    scores = x.double() * (1.0 if op == "softmax" else SCALE)
+    if op == "scale_mask_causal":  # query i = row % cols sees keys 0..i
+        q = torch.arange(rows, device="cuda") % cols
+        scores.masked_fill_(torch.arange(cols, device="cuda")[None, :] > q[:, None], float("-inf"))
+    ref = torch.softmax(scores, -1)
+    del scores
     dst = torch.empty_like(x)
     fns, described, errs = {"copy": lambda: dst.copy_(x)}, {}, {}
     for cfg in configs:
         overrides, defines = parse_config(cfg)
         plan_args = {k: v for k, v in overrides.items() if k != "resident"}
-        # an unmasked scale_mask_softmax with a positive scale runs the scaled kernel (fast.py)
-        described[cfg] = fast.plan(cols, dtype, rows, op="softmax" if op == "softmax" else "scaled_softmax",
-                                   **plan_args).describe()
+        described[cfg] = fast.plan(cols, dtype, rows, op=PLAN_OP[op], **plan_args).describe()
         if op == "softmax":
             fn = (lambda o=overrides, d=defines: fast.softmax(x, out=out, defines=d, **o))
-        else:
+        elif op == "scale_mask":
             fn = (lambda o=overrides, d=defines: fast.scale_mask_softmax(x, SCALE, out=out, defines=d, **o))
+        else:
+            fn = (lambda o=overrides, d=defines: fast.scale_mask_softmax(x, SCALE, causal=True, q_len=cols, out=out,
+                                                                         defines=d, **o))
         errs[cfg] = b.check(fn, out, ref)
         fns[cfg or "table"] = fn
     times = bench.interleaved(fns, rounds, b.time)
