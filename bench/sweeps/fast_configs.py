@@ -46,6 +46,11 @@ CLAIMS = {
                         "against 2048 threads an SM (32 registers, with a small spill)",
                         [("bfloat16", [2048, 4096, 8192], ["", "-DA07_BLOCK_MIN_THREADS=2048"], "scale_mask"),
                          ("bfloat16", [4096], ["", "-DA07_BLOCK_MIN_THREADS=2048"])]),
+    "misaligned-cluster-occupancy": ("16-bit rows off a 16-byte boundary (odd lengths) in clusters: the table's one "
+                                     "block an SM, kept from the element loads, against the aligned tier's six (the "
+                                     "vector loads compile to the same 78-80 registers, no spill)",
+                                     [("bfloat16", [32767, 50257],
+                                       ["", "strategy=cluster cluster=8 vecs=8 threads=128 min_blocks=6"])]),
     "causal-occupancy": ("16-bit causal scale-mask rows (square scores, half the reads skipped): the masked "
                          "operation's registers against 2048 threads an SM",
                          [("bfloat16", [2048, 4096, 8192], ["", "-DA07_BLOCK_MIN_THREADS=2048"], "scale_mask_causal")]),
