@@ -376,7 +376,7 @@ def test_a_forced_strategy_that_cannot_hold_the_row_is_refused():
 @pytest.mark.parametrize("rows, resident", [(1, None), (7, 3), (9, 1), (16, 2), (17, 4), (300, None), (301, 5)])
 @pytest.mark.parametrize("dtype, cols, clusters, blocks", [
     ("float32", 65536, 16, 2),     # 2 blocks, loaded straight into registers as floats
-    ("float32", 65537, 16, 8),     # misaligned: element loads, 8 blocks of 512 threads
+    ("float32", 65537, 16, 8),     # misaligned: 16385 vectors with the lead, 8 blocks of 512 threads
     ("bfloat16", 32768, 16, 4),    # 4 blocks of 128 threads holding raw 16-bit pairs, 6 per SM
     ("bfloat16", 32767, 16, 8),    # misaligned: the vector grid starts up to 7 elements early, 4097 vectors
     ("float16", 65536, 16, 8),
@@ -405,8 +405,9 @@ def test_cluster_tickets_and_cluster_sizes(rows, resident, dtype, cols, clusters
 
 
 def test_tuning_overrides_hold_on_misaligned_rows():
-    """A misaligned row maps the table's tiers to element loads (8 vectors, one block per SM), but an
-    explicit override (a tuning experiment) is taken as given, not silently rewritten."""
+    """A misaligned row maps the table's tiers to at most 8 vectors, one block per SM (a rule kept from
+    element loads: docs/performance.md, open questions), but an explicit override (a tuning
+    experiment) is taken as given, not silently rewritten."""
     auto = fast.plan(262147, "bfloat16", aligned=False)
     assert auto.params[0] <= 8 and auto.params[3] == 1
     forced = fast.plan(262147, "bfloat16", aligned=False, vecs=16, min_blocks=2, strategy="cluster")
