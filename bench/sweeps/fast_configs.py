@@ -10,6 +10,9 @@ benchmark's method: 2^28 elements, warm-up, medians of CUDA events). A07 must be
   python bench/sweeps/fast_configs.py --all --out sweeps.txt    every claim, with provenance
   python bench/sweeps/fast_configs.py --dtype float32 --cols 8192 \\
       --config "strategy=block vecs=2 threads=1024" --config "strategy=block vecs=4 threads=512"
+  python bench/sweeps/fast_configs.py --op scale_mask_causal --dtype bfloat16 --cols 2048 \\
+      --config "strategy=block vecs=4" --config="-DA07_BLOCK_MIN_THREADS=2048"
+(a config that starts with -D is passed as --config=..., or argparse reads it as an option)
 """
 from __future__ import annotations
 
@@ -139,6 +142,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--cols", type=int, nargs="*", default=[])
     ap.add_argument("--config", action="append", default=[], help='overrides and -D defines, e.g. "vecs=4 -DA07_L2_HINT=0"')
+    ap.add_argument("--op", default="softmax", choices=sorted(PLAN_OP), help="what --cols launches")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", help="also write the output, headed with GPU, date, versions, commit and source hashes")
     args = ap.parse_args(argv)
@@ -151,7 +155,7 @@ def main(argv=None) -> int:
     for name in (sorted(CLAIMS) if args.all else args.claim):
         sweeps += CLAIMS[name][1]
     if args.cols:
-        sweeps.append((args.dtype, args.cols, [""] + args.config))
+        sweeps.append((args.dtype, args.cols, [""] + args.config, args.op))
     if not sweeps:
         ap.error("name a --claim, --all, or --cols with --config")
     lines = []
