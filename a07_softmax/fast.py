@@ -108,24 +108,35 @@ TABLE = {
 #   - scale_mask_softmax, 16-bit: scores are recomputed from the raw bits at every use in the
 #     cluster kernel, which spilled at every occupancy: rows longer than a block holds (16384) are
 #     read twice, two vectors a thread a step; fp32 as cross-entropy below;
+#   - scale_mask_softmax, block rows: a causal row reads only up to its diagonal, so in a block of
+#     the softmax's shape half the threads of an average row load nothing and wait at the barriers.
+#     Fewer threads with more vectors each (fp32: 4 x 64, then 8 x 512; 16-bit: 8 x 128, then
+#     4 x 512) keep more of them busy (bench/sweeps/fast_configs.py --claim causal-block-tiers).
+#     Misaligned rows compile for the threads they launch: the 16-bit 8-vector instance compiled
+#     for 1024 threads spilled;
 #   - cross_entropy: fp16's 8 x 8 x 128 cluster tier promises 6 blocks an SM, not 7; misaligned
 #     16-bit rows of more than 262144 logits are read twice (their 512-thread cluster tier spilled);
 #     fp32 rows of more than 16384 go to a cluster instead of a 1024-thread block (misaligned:
 #     spilled), and misaligned fp32 rows take the 512-thread cluster tiers (at 1024, spilled).
 OP_TABLES = {
     "softmax": TABLE,
-    "scale_mask_softmax": {4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3], wide_misaligned_bound=0),
-                           2: replace(TABLE[2], cluster_tiers=(), twopass_vecs=2)},
+    "scale_mask_softmax": {
+        4: replace(TABLE[4], block_tiers=(BlockTier(vecs=4, max_threads=64), BlockTier(vecs=8, max_threads=512)),
+                   wide_misaligned_bound=0),
+        2: replace(TABLE[2], block_tiers=(BlockTier(vecs=8, max_threads=128), BlockTier(vecs=4, max_threads=512)),
+                   wide_misaligned_bound=0, cluster_tiers=(), twopass_vecs=2)},
     "cross_entropy": {
         4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3], wide_misaligned_bound=0,
                    misaligned_cluster_threads=512),
         2: replace(TABLE[2], misaligned_cluster_threads=256, cluster_tiers=tuple(replace(c, min_blocks=6) if (c.vecs, c.cluster, c.min_blocks) == (8, 8, 7)
                                                  else c for c in TABLE[2].cluster_tiers))},
 }
-# scale_mask_softmax with nothing masked (scaled_softmax): its mapping, except misaligned fp32 rows
-# of 8 vectors a thread, compiled for 1024 threads as the plain softmax's (at 512 they spilled)
-OP_TABLES["scaled_softmax"] = {4: replace(OP_TABLES["scale_mask_softmax"][4], wide_misaligned_bound=1024),
-                               2: OP_TABLES["scale_mask_softmax"][2]}
+# scale_mask_softmax with nothing masked (scaled_softmax) reads whole rows: the softmax's block
+# tiers (fp32 rows past 16384 to a cluster, as cross-entropy's), 16-bit rows longer than a block
+# holds read twice, as the masked ones
+OP_TABLES["scaled_softmax"] = {4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3]),
+                               2: replace(OP_TABLES["scale_mask_softmax"][2], block_tiers=TABLE[2].block_tiers,
+                                          wide_misaligned_bound=TABLE[2].wide_misaligned_bound)}
 # the loss alone (no store) schedules differently: its 16-vector tiers spilled at 5 blocks an SM,
 # and its fp32 block of 8 vectors a thread at 512 threads (rows of 8193 to 16384 go to a cluster)
 OP_TABLES["cross_entropy_loss"] = {4: replace(OP_TABLES["cross_entropy"][4], block_tiers=TABLE[4].block_tiers[:2]), 2: replace(
@@ -438,8 +449,13 @@ def scale_mask_softmax_on_cpu(x, scale: float = 1.0, dtype: str = "float32", *, 
 def _nothing_masked(scale, causal, window, valid_len, mask) -> bool:
     """scale_mask_softmax is softmax(x * scale) here: its scaled_softmax kernels (no span to test per
     vector: the 16-bit rows stream as fast as the plain softmax's), for a positive scale, which they
-    fold into the exp."""
-    return not causal and not window and valid_len is None and mask is None and float(scale) > 0
+    fold into the exp's factor scale * log2(e); a scale so large that the factor overflows float32
+    (above FLT_MAX / log2(e)) takes the masked kernel, which multiplies each score instead."""
+    if causal or window or valid_len is not None or mask is not None or not float(scale) > 0:
+        return False
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.float32(scale) * np.float32(math.log2(math.e))))
+
 
 
 def cross_entropy_on_cpu(logits, target, dtype: str = "float32", *, ignore_index: int = -100,

@@ -307,8 +307,10 @@ struct ScaleMaskOp {
     if (window > 0 && i - window + 1 > 0) row.lo = i - window + 1;
     if (row.lo > row.hi) row.lo = row.hi;  // an empty span: lo <= hi <= cols, nothing read past the row
     row.scale = scale;
-    // folded only for scale > 0: a negative one would turn the max into a min, and 0 * -inf is NaN
-    row.folded = !mask && scale > 0.0f;
+    // folded only for scale > 0: a negative one would turn the max into a min, and 0 * -inf is NaN;
+    // and only while scale * log2(e) stays finite (a scale above FLT_MAX / log2(e) would make every
+    // exponent inf - inf: multiplied first, its scores are finite wherever x * scale is)
+    row.folded = !mask && scale > 0.0f && scale * LOG2E < -A07_NEG_INF;
     if (mask) {
       const int b = bh / heads, h = bh - b * heads;
       row.mask = mask + b * mask_sb + h * mask_sh + i * mask_sq;

@@ -118,6 +118,24 @@ def test_scale_mask_softmax_over_the_whole_finite_range(rng, dtype):
            f"{dtype} scores up to {big:g}, nothing masked, scale 0.5")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scale", [3e38, 2.5e38])
+def test_a_scale_too_large_to_fold_multiplies_each_score(rng, dtype, scale):
+    """A positive scale is folded into the exp's factor scale * log2(e); above FLT_MAX / log2(e)
+    (2.36e38) that factor is inf and every exponent inf - inf. Such a scale must multiply each score
+    instead, which stays finite while |x * scale| does (here |x| < 1), in the unmasked (scaled)
+    kernel and the masked one, in every strategy."""
+    for cols in (40, 3000, 9000):
+        x = rng.uniform(-0.99, 0.99, size=(6, cols))
+        x[:, 0] = 0.99  # one certain winner per row: the softmax of scores 1e38 apart is one-hot
+        for causal in (False, True):
+            keep = _visible(6, cols, 6, True, 0, None) if causal else np.ones((6, cols), bool)
+            got = fast.scale_mask_softmax_on_cpu(x, scale, dtype, causal=causal, q_len=6)
+            _check(got, _expected(_rounded(x, dtype), scale, keep), dtype,
+                   f"scale {scale:g} ({'causal' if causal else 'nothing masked'}), {cols} columns, {dtype}: "
+                   "the scale folded into the exp overflows to inf")
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("shape,mask_shape", [((2, 3, 5, 37), (5, 37)), ((2, 3, 5, 37), (2, 1, 1, 37)),
                                               ((2, 5, 40), (2, 5, 40)), ((10, 16), (5, 16)), ((2, 3, 5, 37), (37,))])
@@ -204,6 +222,8 @@ def test_bad_mask_arguments_are_clear_errors(rng):
         fast.scale_mask_softmax_on_cpu(x, window=-1)
     with pytest.raises(ValueError, match="scale"):
         fast.scale_mask_softmax_on_cpu(x, float("inf"))
+    with pytest.raises(ValueError, match="finite as a float32"):
+        fast.scale_mask_softmax_on_cpu(x, -1e39)                         # finite, but inf as a float32
     with pytest.raises(ValueError, match="valid_len"):
         fast.scale_mask_softmax_on_cpu(x, valid_len=np.zeros(5, np.int32))
     with pytest.raises(ValueError, match="contradicts"):
@@ -228,6 +248,8 @@ def test_the_gpu_entry_refuses_bad_masks_before_a_launch():
         fast.scale_mask_softmax(FakeDeviceArray((2, 2, 3, 5, 10)), 0.5)
     with pytest.raises(ValueError, match="scale"):
         fast.scale_mask_softmax(x, float("nan"))
+    with pytest.raises(ValueError, match="finite as a float32"):
+        fast.scale_mask_softmax(x, 1e39)
     with pytest.raises(ValueError, match="valid_len"):
         fast.scale_mask_softmax(x, 0.5, valid_len=np.zeros(30, np.int32))
     with pytest.raises(ValueError, match="not C-contiguous"):

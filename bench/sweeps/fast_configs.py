@@ -11,7 +11,7 @@ benchmark's method: 2^28 elements, warm-up, medians of CUDA events). A07 must be
   python bench/sweeps/fast_configs.py --dtype float32 --cols 8192 \\
       --config "strategy=block vecs=2 threads=1024" --config "strategy=block vecs=4 threads=512"
   python bench/sweeps/fast_configs.py --op scale_mask_causal --dtype bfloat16 --cols 2048 \\
-      --config "strategy=block vecs=4" --config="-DA07_BLOCK_MIN_THREADS=2048"
+      --config "strategy=block vecs=4" --config="-DA07_L2_HINT=0"
 (a config that starts with -D is passed as --config=..., or argparse reads it as an option)
 """
 from __future__ import annotations
@@ -54,9 +54,12 @@ CLAIMS = {
                                      "vector loads compile to the same 78-80 registers, no spill)",
                                      [("bfloat16", [32767, 50257],
                                        ["", "strategy=cluster cluster=8 vecs=8 threads=128 min_blocks=6"])]),
-    "causal-occupancy": ("16-bit causal scale-mask rows (square scores, half the reads skipped): the masked "
-                         "operation's registers against 2048 threads an SM",
-                         [("bfloat16", [2048, 4096, 8192], ["", "-DA07_BLOCK_MIN_THREADS=2048"], "scale_mask_causal")]),
+    "causal-block-tiers": ("causal scale-mask rows in blocks (square scores, each row read up to its diagonal): the "
+                           "table's fewer threads with more vectors each, against the softmax's block tiers",
+                           [("float32", [512, 1024, 4096, 8192], ["", "strategy=block vecs=2"], "scale_mask_causal"),
+                            ("bfloat16", [2048, 4096, 8192], ["", "strategy=block vecs=2", "strategy=block vecs=4"],
+                             "scale_mask_causal"),
+                            ("bfloat16", [16384], ["", "strategy=block vecs=8 threads=256"], "scale_mask_causal")]),
 }
 SCALE = 0.08838834764831843  # 1 / sqrt(128), the scale of bench/scale_mask.py
 # a sweep's op -> the fast.plan() op it launches: an unmasked scale_mask_softmax with a positive
