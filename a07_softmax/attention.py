@@ -73,17 +73,6 @@ TMA_MIN_HEAD_DIM = 64
 POINTER_TILES = ((32, Tiles(128, 64, 4, 3)), (128, Tiles(128, 64, 8, 3)))
 
 
-# Causal programs run longest first across a group of heads (attention_kernels.py, HEAVY_FIRST):
-# as many heads as keep their keys and values within this many bytes of L2 (the H200 has 60 MB),
-# one at least. Measured: bench/sweeps/attention_configs.py (head_group).
-HEAD_GROUP_L2_BYTES = 16 << 20
-
-
-def head_group(batch_heads: int, seq: int, head_dim: int, elem_bytes: int) -> int:
-    """How many heads share one longest-first order of causal tiles (HEAD_GROUP_L2_BYTES)."""
-    return max(1, min(batch_heads, HEAD_GROUP_L2_BYTES // (2 * seq * head_dim * elem_bytes)))
-
-
 def pick_tiles(head_dim: int, tma: bool) -> Tiles:
     return next(t for limit, t in (TMA_TILES if tma else POINTER_TILES) if head_dim <= limit)
 
@@ -109,13 +98,11 @@ _KERNEL = []
 
 
 def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float | None = None,
-                    block_m: int | None = None, block_n: int | None = None, out=None, tma: bool | None = None,
-                    heads_per_group: int | None = None):
+                    block_m: int | None = None, block_n: int | None = None, out=None, tma: bool | None = None):
     """softmax(scale * q k^T + mask) v for (B, H, S, D) torch tensors of one dtype (float32, float16,
     bfloat16) on one device, D in HEAD_DIMS; fp32 statistics. kv_len: int32 (B,) valid keys per batch
     entry (key padding), each in [0, S]. Rows with no visible key are zeros. block_m, block_n, tma:
-    override the launch choice (tests; tma=None: tensor descriptors where _use_tma says so);
-    heads_per_group: the heads whose causal tiles run longest first together (head_group())."""
+    override the launch choice (tests; tma=None: tensor descriptors where _use_tma says so)."""
     import torch
     import triton
 
@@ -135,14 +122,8 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
     if min(b, h, s) < 1:
         raise ValueError(f"batch, heads and seq must be >= 1, got shape {tuple(q.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    # the kernel forms scale * log2(e) in float32: past FLT_MAX / log2(e) that is inf (NaN scores)
-    with np.errstate(over="ignore"):
-        finite = bool(np.isfinite(np.float32(scale) * np.float32(math.log2(math.e))))
-    if not finite:
-        raise ValueError(f"scale must be finite and |scale| * log2(e) a float32 (|scale| up to about 2.36e38), got {scale}")
-    group = head_group(b * h, s, d, q.element_size()) if heads_per_group is None else int(heads_per_group)
-    if group < 1:
-        raise ValueError(f"heads_per_group must be >= 1, got {heads_per_group}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
     if kv_len is not None:
         if not isinstance(kv_len, torch.Tensor) or kv_len.dtype != torch.int32 or tuple(kv_len.shape) != (b,) \
                 or kv_len.device != q.device:
@@ -179,7 +160,7 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
 
     ctx = torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext()
     with ctx, np.errstate(all="ignore"):
-        _KERNEL[0][grid](q, k, v, out, kd, vd, kv_len if kv_len is not None else q, s, scale, h, group,
+        _KERNEL[0][grid](q, k, v, out, kd, vd, kv_len if kv_len is not None else q, s, scale, h,
                          q.stride(0), q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
                          CAUSAL=bool(causal), HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
                          UPCAST=interp and q.dtype == torch.bfloat16, HEAVY_FIRST=bool(causal),

@@ -74,28 +74,19 @@ def _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, 
 
 
 @triton.jit
-def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads, head_group,
+def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads,
                          stride_b, stride_h, stride_s,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr, HAS_KV_LEN: tl.constexpr, IEEE: tl.constexpr,
                          UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr):
-    # HEAVY_FIRST (causal): programs start in launch order (program_id(0) fastest), and a causal
-    # tile's work grows with its row index. The launch order is renumbered so that each group of
-    # `head_group` heads runs its tiles longest first, across all its heads: the grid ends on the
-    # last group's shortest tiles, which fill the last wave instead of leaving SMs idle behind long
-    # ones (longest-processing-time-first; FlashAttention-2 reverses its causal blocks likewise,
-    # within a head: head_group = 1). The group stays small enough that its heads' keys and values
-    # stay in L2 while its programs run (flash_attention() picks it).
+    # HEAVY_FIRST (causal): programs start in launch order, and a causal tile's work grows with its
+    # row index, so the last tiles of a head are the longest. Taken in reverse, the longest start
+    # first and the grid ends on short ones, which fill the last wave instead of leaving SMs idle
+    # behind one long tile (FlashAttention-2 orders its causal blocks the same way).
     pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
     if HEAVY_FIRST:
-        n_m = tl.num_programs(0)
-        lin = bh * n_m + pid_m                         # the program's place in the launch order
-        first = lin // (head_group * n_m) * head_group  # the group's first head
-        width = tl.minimum(head_group, tl.num_programs(1) - first)  # the last group may be short
-        r = lin - first * n_m                          # place within the group: [0, width * n_m)
-        pid_m = n_m - 1 - r // width
-        bh = first + r % width
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    bh = tl.program_id(1)
     b = bh // heads
     h = bh % heads
     base = b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h

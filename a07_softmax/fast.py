@@ -416,6 +416,7 @@ def scale_mask_softmax_on_cpu(x, scale: float = 1.0, dtype: str = "float32", *, 
     x2 = x.reshape(-1, x.shape[-1])
     rows, cols = x2.shape
     native.check_mask_args(rows, cols, scale, q, window, causal)
+    _check_scale(scale)
     kinds, values = [("f32", None), ("i32", None), ("i32", None), ("i32", None), ("i32", None)], \
         [scale, shape4[1], q, int(causal), int(window)]
     if valid_len is None:
@@ -455,6 +456,12 @@ def _nothing_masked(scale, causal, window, valid_len, mask) -> bool:
         return False
     with np.errstate(over="ignore"):
         return bool(np.isfinite(np.float32(scale) * np.float32(math.log2(math.e))))
+
+
+def _check_scale(scale) -> None:
+    """The kernels take the scale as a float32: a finite one past FLT_MAX would arrive as inf."""
+    if not abs(float(scale)) <= float(np.finfo(np.float32).max):
+        raise ValueError(f"scale must be finite as a float32 (|scale| <= 3.4e38), got {scale!r}")
 
 
 
@@ -737,6 +744,7 @@ def scale_mask_softmax(x, scale: float = 1.0, *, causal: bool = False, window: i
     out2 = None if out is None else out.reshape(-1, m.shape[-1]) if native.meta(out).contiguous else out
     rows, cols, dtype = check(x2, out2)
     native.check_mask_args(rows, cols, scale, q, window, causal)
+    _check_scale(scale)
     if valid_len is not None:
         native.check_valid_len(valid_len, x, rows, cols)
     mask_args = _device_mask(mask, x, m, shape4, dtype) if mask is not None else (None, 0, 0, 0)

@@ -336,10 +336,9 @@ def check_valid_len(valid_len, x, rows: int, cols: int):
 
 def check_mask_args(rows: int, cols: int, scale, q_len, window, causal) -> int:
     """The index-generated mask's parameters; returns q_len (rows by default)."""
-    # the kernels take the scale as a float32: one past its largest value would arrive as inf
     if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)) or \
-            not abs(float(scale)) <= float(np.finfo(np.float32).max):
-        raise ValueError(f"scale must be a number finite as a float32 (|scale| <= 3.4e38), got {scale!r}")
+            not math.isfinite(float(scale)):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
     q_len = rows if q_len is None else q_len
     if isinstance(q_len, bool) or not isinstance(q_len, (int, np.integer)) or q_len < 1 or rows % q_len:
         raise ValueError(f"q_len must be a positive integer dividing rows ({rows}): rows are (batch * heads * "

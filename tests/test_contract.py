@@ -252,8 +252,7 @@ def test_valid_len_outside_0_to_cols_is_refused(lengths, words):
 
 
 @pytest.mark.parametrize("kwargs,words", [(dict(scale=float("nan")), "finite"), (dict(scale=float("inf")), "finite"),
-                                          (dict(scale=True), "finite"), (dict(scale=1e39), "finite as a float32"),
-                                          (dict(scale=-3.5e38), "finite as a float32"), (dict(q_len=2), "dividing rows"),
+                                          (dict(scale=True), "finite"), (dict(q_len=2), "dividing rows"),
                                           (dict(q_len=0), "dividing rows"), (dict(window=-1), "window"),
                                           (dict(causal="yes"), "causal")])
 def test_mask_parameters_are_checked(kwargs, words):
@@ -276,8 +275,6 @@ def test_triton_refuses_bad_outs_and_masks():
         T.softmax(buf[:24].view(3, 8), out=buf[8:32].view(3, 8))
     with pytest.raises(ValueError, match="finite"):
         T.scale_mask_softmax(x, float("nan"))
-    with pytest.raises(ValueError, match="finite as a float32"):
-        T.scale_mask_softmax(x, 1e39)                  # finite, but inf as the kernel's float32
     with pytest.raises(TypeError, match="additive"):
         T.scale_mask_softmax(x, 1.0, mask=torch.ones(3, 8, dtype=torch.bool, device=TRITON))
     y = T.softmax(x.clone(), out=None)

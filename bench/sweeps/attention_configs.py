@@ -22,18 +22,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 # attention.pick_tiles(d, tma=True), and the pointer rows are the float32 path's (and a GPU's without TMA)
 CONFIGS = ((True, 128, 64, 8, 3), (True, 128, 128, 8, 3), (True, 128, 64, 4, 3), (True, 64, 64, 4, 3),
            (False, 128, 64, 8, 3), (False, 128, 128, 8, 3), (False, 64, 64, 4, 3))
-# (heads in one longest-first order of causal tiles, FOLD), tried on the committed configuration:
-# the committed choice first (None: attention.head_group()), then one head a group (each head's
-# tiles longest first, the order before groups), launch order (0: not heavy first), fold off
-VARIANTS = ((None, True), (1, True), (0, True), (None, False))
+# (HEAVY_FIRST for causal, FOLD), tried on the committed configuration: the committed choice first,
+# then each switch off
+VARIANTS = ((True, True), (False, True), (True, False))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seqs", type=int, nargs="*", default=(2048, 4096, 8192))
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--groups", type=int, nargs="*", default=(),
-                    help="more heads-per-group variants to try on the committed configuration")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     import numpy as np
@@ -43,7 +40,7 @@ def main(argv=None) -> int:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from a07_softmax import accuracy, bench, provenance
-    from a07_softmax.attention import head_group, pick_tiles
+    from a07_softmax.attention import pick_tiles
     from a07_softmax.attention_kernels import attention_fwd_kernel
 
     def time(fn):
@@ -66,13 +63,10 @@ def main(argv=None) -> int:
                 if causal:
                     s64.masked_fill_(torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
                 refs[causal] = torch.softmax(s64, -1) @ v64
-                variants = VARIANTS + tuple((g, True) for g in args.groups)
                 for cfg in CONFIGS:
-                    for group, fold in variants if cfg == committed else variants[:1]:
-                        if group != VARIANTS[0][0] and not causal:
+                    for heavy, fold in VARIANTS if cfg == committed else VARIANTS[:1]:
+                        if heavy != VARIANTS[0][0] and not causal:
                             continue  # the order only matters when tiles differ in work
-                        heavy = group is None or group > 0
-                        group = head_group(batch * heads, s, d, 2) if group is None else max(group, 1)
                         tma, bm, bn, warps, stages = cfg
                         kd, vd = k, v
                         if tma:
@@ -80,13 +74,13 @@ def main(argv=None) -> int:
                                                        [s * d, d, 1], [1, bn, d]) for t in (k, v))
 
                         def fn(causal=causal, tma=tma, bm=bm, bn=bn, warps=warps, stages=stages, heavy=heavy,
-                               fold=fold, kd=kd, vd=vd, group=group):
+                               fold=fold, kd=kd, vd=vd):
                             attention_fwd_kernel[(triton.cdiv(s, bm), batch * heads)](
-                                q, k, v, out, kd, vd, q, s, 1 / math.sqrt(d), heads, group, q.stride(0), q.stride(1),
+                                q, k, v, out, kd, vd, q, s, 1 / math.sqrt(d), heads, q.stride(0), q.stride(1),
                                 q.stride(2), HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, HAS_KV_LEN=False,
                                 IEEE=False, UPCAST=False, HEAVY_FIRST=causal and heavy, FOLD=fold, TMA=tma,
                                 num_warps=warps, num_stages=stages)
-                        launches[(causal, cfg, heavy, fold, group)] = fn
+                        launches[(causal, cfg, heavy, fold)] = fn
             errs = {}
             for key, fn in launches.items():
                 out.fill_(float("nan"))
@@ -97,14 +91,12 @@ def main(argv=None) -> int:
             ms = {key: float(np.median(t)) for key, t in rounds.items()}
             lines.append(f"head_dim {d}, S {s}, batch {batch} x {heads} heads, bf16")
             for key in launches:
-                causal, cfg, heavy, fold, group = key
+                causal, cfg, heavy, fold = key
                 flops = 4 * batch * heads * s * s * d * (0.5 if causal else 1.0)
-                full = next(v for (c, f, _, fo, _), v in ms.items() if not c and f == cfg and fo == fold)
-                speedup = f"  causal speedup {full / ms[key]:.2f}" if causal else ""
+                speedup = f"  causal speedup {ms[(False, cfg, True, fold)] / ms[key]:.2f}" if causal else ""
                 ok = errs[key] <= accuracy.tolerance("bfloat16")
                 lines.append(f"  {'causal' if causal else 'full':<6} tma {int(cfg[0])} BLOCK_M {cfg[1]:>3} BLOCK_N "
-                             f"{cfg[2]:>3} warps {cfg[3]} stages {cfg[4]} heavy_first "
-                             f"{group if causal and heavy else 0:<3} "
+                             f"{cfg[2]:>3} warps {cfg[3]} stages {cfg[4]} heavy_first {int(causal and heavy)} "
                              f"fold {int(fold)}  "
                              f"{ms[key]:7.3f} ms {flops / ms[key] / 1e9:6.1f} TFLOP/s{speedup}  "
                              f"err {errs[key]:.1e}{'' if ok else ' FAILED'}")
