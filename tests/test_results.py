@@ -255,8 +255,10 @@ def test_notebook_09_reading_of_the_run_holds():
     text = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
     assert "the copy rate at every length in fp32, and at 95 % of copy or more at every length in bf16" in text
     assert "the longest rows sit lowest" in text
-    assert "ahead of both peers at every length, tied with one of them within the spread of the rounds " \
-        "at fp32 rows up to 4096" in text
+    tied = "ahead of both peers at every length, tied with one of them within the spread of the rounds " \
+        "at fp32 rows up to 4096"
+    clear = "ahead of both peers at every length, beyond the spread of the rounds at each"
+    assert tied in text or clear in text
     d = results.load_bench("nvidia-h200")
     assert all(pct >= 99 for _, pct, _, _ in results.fast_scorecard(d, "float32").values())
     bf16 = {cols: pct for cols, (_, pct, _, _) in results.fast_scorecard(d, "bfloat16").items()}
@@ -268,7 +270,10 @@ def test_notebook_09_reading_of_the_run_holds():
             assert m > 0, (dtype, cols)
             if tie:
                 ties.append((dtype, cols))
-    assert ties and all(dt == "float32" and cols <= 4096 for dt, cols in ties), ties
+    if tied in text:
+        assert ties and all(dt == "float32" and cols <= 4096 for dt, cols in ties), ties
+    else:
+        assert not ties, f"the run has ties within the spread ({ties}): notebook 09 says there are none"
 
 
 def test_the_dram_bytes_say_what_notebooks_04_and_07_read_from_them():
@@ -570,7 +575,12 @@ def test_docs_performance_reads_the_scale_mask_run():
     lead = [min(v[p] for p in ("triton", "torch.compile")) / v["fast"] for v in rows["float32", True].values()]
     assert min(lead) > 1 and f"at every S ({min(lead):.2f}-{max(lead):.2f} times)" in doc
     met = [s_ for s_, v in rows["float32", True].items() if s_ >= 512 and v["fast"] <= 0.8 * v["copy"]]
-    assert met == [16384] and "is met only at S = 16384" in doc
+    assert met == [s_ for s_ in rows["float32", True] if s_ >= 512] and "is met at every S from 512 on" in doc
+    met16 = [s_ for s_, v in rows["bfloat16", True].items() if s_ >= 512 and v["fast"] <= 0.8 * v["copy"]]
+    assert met16 == [1024] and "In bf16 the target is met only at S = 1024" in doc
+    mid = [v["fast"] / v["copy"] for s_, v in rows["bfloat16", True].items() if 2048 <= s_ <= 8192]
+    assert f"from 2048 to 8192 the rows take {min(mid):.2f}-{max(mid):.2f} of the copy's time" in doc
+    assert f"at 16384 (4 vectors x 512 threads, the softmax's tier) {x('bfloat16', True)[-1]:.2f}" in doc
     assert f"bf16 causal: {min(x('bfloat16', True)):.2f}-{max(x('bfloat16', True)):.2f} times the copy" in doc
     assert min(pct("float32", False, every) + pct("bfloat16", False, every)) >= 95 and \
         "so the issue's 95 % holds at every S in both" in doc
