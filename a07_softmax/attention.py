@@ -77,6 +77,25 @@ def pick_tiles(head_dim: int, tma: bool) -> Tiles:
     return next(t for limit, t in (TMA_TILES if tma else POINTER_TILES) if head_dim <= limit)
 
 
+# Causal launches run a group of heads' query tiles longest first (attention_fwd_kernel, HEAVY_FIRST).
+# The group's keys and values are what its tiles read while they run; with this many bytes of them
+# they stay in L2 (60 MB on an H200) beside the query tiles and outputs passing through. Each head
+# alone leaves the grid ending on one head's tiles; the whole grid at once reads every head's keys
+# from DRAM. Measured: bench/sweeps/attention_configs.py, the `group` column (docs/performance.md).
+HEAD_GROUP_L2_BYTES = 8 << 20
+
+
+def head_group(batch_heads: int, seq: int, head_dim: int, elem_bytes: int) -> int:
+    """How many heads a causal launch orders longest-tile-first together: as many as keep their keys
+    and values (2 * seq * head_dim elements each) within HEAD_GROUP_L2_BYTES, at least 1."""
+    return max(1, min(batch_heads, HEAD_GROUP_L2_BYTES // (2 * seq * head_dim * elem_bytes)))
+
+
+# The kernel forms scale * log2(e) in float32 (every exp is an exp2): scales beyond this would make
+# it inf, and every score's exponent inf - inf = NaN.
+MAX_ABS_SCALE = float(np.finfo(np.float32).max) / math.log2(math.e)
+
+
 def _use_tma(q, k, v, interp: bool) -> bool:
     """Tensor descriptors for the K and V tiles: 16-bit data (float32 tiles of 128 x 128 would not fit
     in shared memory) whose base addresses meet TMA's 16-byte alignment, on an NVIDIA GPU of compute
@@ -98,11 +117,13 @@ _KERNEL = []
 
 
 def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float | None = None,
-                    block_m: int | None = None, block_n: int | None = None, out=None, tma: bool | None = None):
+                    block_m: int | None = None, block_n: int | None = None, out=None, tma: bool | None = None,
+                    heads_per_group: int | None = None):
     """softmax(scale * q k^T + mask) v for (B, H, S, D) torch tensors of one dtype (float32, float16,
     bfloat16) on one device, D in HEAD_DIMS; fp32 statistics. kv_len: int32 (B,) valid keys per batch
-    entry (key padding), each in [0, S]. Rows with no visible key are zeros. block_m, block_n, tma:
-    override the launch choice (tests; tma=None: tensor descriptors where _use_tma says so)."""
+    entry (key padding), each in [0, S]. Rows with no visible key are zeros. |scale| at most
+    MAX_ABS_SCALE. block_m, block_n, tma, heads_per_group: override the launch choice (tests;
+    tma=None: tensor descriptors where _use_tma says so; heads_per_group=None: head_group())."""
     import torch
     import triton
 
@@ -122,8 +143,11 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
     if min(b, h, s) < 1:
         raise ValueError(f"batch, heads and seq must be >= 1, got shape {tuple(q.shape)}")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
+    if not math.isfinite(scale) or abs(scale) > MAX_ABS_SCALE:
+        raise ValueError(f"scale must be finite with |scale| <= {MAX_ABS_SCALE:.4g} (scale * log2(e) is formed "
+                         f"in float32), got {scale}")
+    if heads_per_group is not None and (int(heads_per_group) != heads_per_group or heads_per_group < 1):
+        raise ValueError(f"heads_per_group must be an integer >= 1, got {heads_per_group}")
     if kv_len is not None:
         if not isinstance(kv_len, torch.Tensor) or kv_len.dtype != torch.int32 or tuple(kv_len.shape) != (b,) \
                 or kv_len.device != q.device:
@@ -160,7 +184,8 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
 
     ctx = torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext()
     with ctx, np.errstate(all="ignore"):
-        _KERNEL[0][grid](q, k, v, out, kd, vd, kv_len if kv_len is not None else q, s, scale, h,
+        group = int(heads_per_group or head_group(b * h, s, d, q.element_size()))
+        _KERNEL[0][grid](q, k, v, out, kd, vd, kv_len if kv_len is not None else q, s, scale, h, min(group, b * h),
                          q.stride(0), q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
                          CAUSAL=bool(causal), HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
                          UPCAST=interp and q.dtype == torch.bfloat16, HEAVY_FIRST=bool(causal),

@@ -74,19 +74,49 @@ def _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, 
 
 
 @triton.jit
-def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads,
+def _walk(q, K, V, KD, VD, bh, base, stride_s, full, hi, offs_m, offs_n, offs_d, n_keys, qk_scale,
+          CAUSAL: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr,
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The key tiles of one query tile, in two runs: [0, full) wholly visible, unmasked; [full, hi)
+    the diagonal tile (causal) and the tail past n_keys, masked element by element. Returns the
+    final (m, l, o) of the online recurrence, from the empty state (m = -inf, l = 0, o = 0)."""
+    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    for start in tl.range(0, full, BLOCK_N):
+        m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
+                                m_i, l_i, acc, qk_scale, False, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
+    for start in tl.range(full, hi, BLOCK_N):
+        m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
+                                m_i, l_i, acc, qk_scale, True, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads, head_group,
                          stride_b, stride_h, stride_s,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr, HAS_KV_LEN: tl.constexpr, IEEE: tl.constexpr,
                          UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr):
-    # HEAVY_FIRST (causal): programs start in launch order, and a causal tile's work grows with its
-    # row index, so the last tiles of a head are the longest. Taken in reverse, the longest start
-    # first and the grid ends on short ones, which fill the last wave instead of leaving SMs idle
-    # behind one long tile (FlashAttention-2 orders its causal blocks the same way).
+    # HEAVY_FIRST (causal): programs start in launch order (axis 0 fastest), and a causal tile's work
+    # grows with its row index. Launched as they come, the grid would end on a head's longest tiles
+    # and leave SMs idle behind them. So the launch order is renumbered: within a group of
+    # `head_group` heads, every head's longest tile first, then every head's next longest, down to
+    # the shortest (longest-processing-time-first scheduling, as FlashAttention-2 orders its causal
+    # blocks, taken across heads). The group is kept small enough that its keys and values stay in
+    # L2 while its tiles run (attention.head_group()); head_group = 1 reverses each head alone.
+    # The renumbering is a bijection of the grid: a group of width w (the last may be narrower)
+    # owns w * n_tiles consecutive launch slots.
     pid_m = tl.program_id(0)
-    if HEAVY_FIRST:
-        pid_m = tl.num_programs(0) - 1 - pid_m
     bh = tl.program_id(1)
+    if HEAVY_FIRST:
+        n_tiles = tl.num_programs(0)
+        slot = bh * n_tiles + pid_m
+        first = slot // (n_tiles * head_group) * head_group
+        width = tl.minimum(head_group, tl.num_programs(1) - first)
+        r = slot - first * n_tiles
+        bh = first + r % width
+        pid_m = n_tiles - 1 - r // width
     b = bh // heads
     h = bh % heads
     base = b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
@@ -109,15 +139,21 @@ def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads,
     if CAUSAL:
         full = tl.minimum(full, pid_m * BLOCK_M)
         hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
-    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    for start in tl.range(0, full, BLOCK_N):
-        m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
-                                m_i, l_i, acc, qk_scale, False, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
-    for start in tl.range(full, hi, BLOCK_N):
-        m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
-                                m_i, l_i, acc, qk_scale, True, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
+    m_i, l_i, acc = _walk(q, K, V, KD, VD, bh, base, stride_s, full, hi, offs_m, offs_n, offs_d, n_keys, qk_scale,
+                          CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_M, BLOCK_N, HEAD_DIM)
+    if FOLD:
+        # The fold measures each score against m = round(max(s) * c) with one multiply-add, so the
+        # row's largest score lands at 2^(max(s) * c - m), the rounding error of m, not at 2^0.
+        # The softmax is shift-invariant and l and o carry the same shift, so this is harmless while
+        # that error is small; beyond |m| ~ 2^30 (scores of a 16-bit dtype's whole range, or a huge
+        # scale) it reaches 2^126 and the largest score's exp flushes to 0 or overflows, giving zeros
+        # or NaN. A tile that got there walks its keys again the unfolded way (scores scaled first,
+        # then the max subtracted exactly). The test is once per program, after the loop: real
+        # attention never takes the second walk and pays one reduction of m over the tile's rows.
+        worst = tl.max(tl.where(m_i == -float("inf"), 0.0, tl.abs(m_i)), 0)
+        if worst >= 16777216.0:  # 2^24: every score still lands within a factor of 2 of its place
+            m_i, l_i, acc = _walk(q, K, V, KD, VD, bh, base, stride_s, full, hi, offs_m, offs_n, offs_d, n_keys,
+                                  qk_scale, CAUSAL, IEEE, UPCAST, False, TMA, BLOCK_M, BLOCK_N, HEAD_DIM)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]          # no visible key: zeros
     tl.store(O + base + offs_m[:, None] * stride_s + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=offs_m[:, None] < seq)

@@ -120,6 +120,24 @@ def test_every_sign_of_scale(rng, scale, dtype):
         assert not out[0].any(), f"scale {scale}: a row that sees no key must be zeros"
 
 
+@pytest.mark.parametrize("group", [1, 4, 6, 9])
+def test_causal_tiles_ordered_across_a_group_of_heads(rng, group):
+    """Causal programs are renumbered so that a group of heads runs its longest tiles first: the
+    renumbering must reach every (query tile, head) exactly once. 3 x 3 heads and 5 query tiles: a
+    group of 4 leaves a last group of 1, 6 one of 3, 9 takes every head; a tile never computed
+    stays NaN (the output is poisoned), and one computed for the wrong head is wrong."""
+    _check(rng, 3, 3, 75, 16, torch.float32, True, [75, 40, 0], DEVICE, block_m=16, block_n=16,
+           heads_per_group=group)
+
+
+def test_the_head_group_keeps_keys_and_values_within_its_l2_share():
+    for bh, s, d in ((128, 4096, 64), (64, 4096, 128), (16, 16384, 128), (512, 1024, 64), (3, 64, 16)):
+        g = A.head_group(bh, s, d, 2)
+        assert 1 <= g <= bh
+        assert g == 1 or g * 2 * s * d * 2 <= A.HEAD_GROUP_L2_BYTES, (bh, s, d, g)
+        assert g == bh or (g + 1) * 2 * s * d * 2 > A.HEAD_GROUP_L2_BYTES, (bh, s, d, g)
+
+
 def test_head_dim_64_and_tails(rng):
     _check(rng, 1, 1, 70, 64, torch.float16, True, [45], DEVICE)
 
@@ -136,6 +154,52 @@ def test_bad_arguments_are_refused_before_a_launch():
         A.flash_attention(q, q, q, kv_len=torch.tensor([2], dtype=torch.int64, device=DEVICE))
     with pytest.raises(TypeError, match="float64"):
         A.flash_attention(*(torch.zeros(1, 1, 4, 16, dtype=torch.float64, device=DEVICE),) * 3)
+    # float32 forms scale * log2(e): inf (then NaN) past FLT_MAX / log2(e), or for a scale that is inf
+    # as a float32 already
+    for scale in (float("inf"), float("nan"), 1e39, -4e38, 2.4e38, -A.MAX_ABS_SCALE * 1.0001):
+        with pytest.raises(ValueError, match="scale"):
+            A.flash_attention(q, q, q, scale=scale)
+    for group in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="heads_per_group"):
+            A.flash_attention(q, q, q, causal=True, heads_per_group=group)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_the_largest_scale_allowed_gives_no_nan(rng, sign):
+    """At |scale| = MAX_ABS_SCALE, scale * log2(e) is the largest float32. With products q.k below 1
+    every scaled score is finite, so the softmax must be taken (the largest score of a row takes all
+    the mass), never inf - inf: the fold's max(s) * c and each s * c - m stay in range. (A product
+    that overflows float32 is +inf, and its row NaN, as torch.softmax of +inf; docs/contract.md.)"""
+    q, k, v = _case(rng, 1, 2, 21, 16, torch.float32, DEVICE)
+    q, k = 0.1 * q, 0.1 * k
+    assert float((q @ k.transpose(-1, -2)).abs().max()) < 0.9
+    for causal in (False, True):
+        out = torch.full_like(q, float("nan"))
+        A.flash_attention(q, k, v, causal=causal, scale=sign * A.MAX_ABS_SCALE, out=out)
+        ref = A.reference(*(t.double().cpu().numpy() for t in (q, k, v)), causal=causal,
+                          scale=sign * A.MAX_ABS_SCALE)
+        assert not torch.isnan(out).any(), f"scale {sign * A.MAX_ABS_SCALE:.4g} causal={causal}: NaN"
+        assert _err(out, ref) <= accuracy.tolerance(torch.float32), (causal, _err(out, ref))
+
+
+@pytest.mark.parametrize("d", [16, 64])
+def test_float16_over_its_whole_finite_range(rng, d):
+    """q and k drawn over float16's whole range (|x| up to 65504): the scores reach ~1e10 (float32
+    holds them) and each row's softmax is all but an argmax. With the scale folded into a
+    multiply-add, the largest score lands 2^(rounding error of max(s) * c) from 1, which at these
+    magnitudes flushes to 0 or overflows on a GPU (zeros, or NaN); the kernel must notice and take
+    the unfolded walk. Causal or not, key padding included."""
+    top = float(np.finfo(np.float16).max)
+    q, k = (torch.tensor(rng.uniform(-top, top, size=(2, 2, 45, d))).to(torch.float16).to(DEVICE) for _ in range(2))
+    v = torch.tensor(rng.normal(size=(2, 2, 45, d))).to(torch.float16).to(DEVICE)
+    for causal in (False, True):
+        out = torch.full_like(q, float("nan"))
+        kv = [45, 30]
+        A.flash_attention(q, k, v, causal=causal, kv_len=torch.tensor(kv, dtype=torch.int32, device=DEVICE), out=out)
+        ref = _reference(q, k, v, causal, kv)
+        assert not torch.isnan(out).any(), f"d {d} causal={causal}: NaN from scores near 1e10 (the fold's rounding)"
+        assert _err(out, ref) <= accuracy.tolerance(torch.float16), \
+            (f"d {d} causal={causal}: scores near 1e10 lost their largest key (the fold's rounding)", _err(out, ref))
 
 
 def test_the_traffic_model():

@@ -1,6 +1,6 @@
 """Repeat the measurement behind Lab 4's launch choices (a07_softmax.attention.flash_attention): key
 and value tiles through tensor descriptors (TMA) or pointers, tile shape and warps, the heavy-first
-order of causal tiles, and the positive scale folded into the exp.
+order of causal tiles and the group of heads it spans, and the positive scale folded into the exp.
 bf16, the benchmark's shapes (16384 tokens, 2048 / head_dim heads), every configuration timed in
 interleaved rounds (medians of CUDA events) after its output is checked against float64 attention of
 the first head. Causal speedup = the same configuration's non-causal time / its causal time.
@@ -25,6 +25,10 @@ CONFIGS = ((True, 128, 64, 8, 3), (True, 128, 128, 8, 3), (True, 128, 64, 4, 3),
 # (HEAVY_FIRST for causal, FOLD), tried on the committed configuration: the committed choice first,
 # then each switch off
 VARIANTS = ((True, True), (False, True), (True, False))
+# Heads a causal launch orders longest-tile-first together: "auto" is attention.head_group(), the
+# committed choice (used by every causal row but the group rows); the others are tried on the
+# committed configuration. 1: each head alone.
+GROUPS = ("auto", 1, 4, "half", "double", "all")
 
 
 def main(argv=None) -> int:
@@ -40,7 +44,7 @@ def main(argv=None) -> int:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from a07_softmax import accuracy, bench, provenance
-    from a07_softmax.attention import pick_tiles
+    from a07_softmax.attention import head_group, pick_tiles
     from a07_softmax.attention_kernels import attention_fwd_kernel
 
     def time(fn):
@@ -56,6 +60,9 @@ def main(argv=None) -> int:
                        for _ in range(3))
             out = torch.empty_like(q)
             committed = (True, *pick_tiles(d, True))
+            auto = head_group(batch * heads, s, d, 2)
+            sizes = {"auto": auto, "half": max(1, auto // 2), "double": auto * 2, "all": batch * heads}
+            groups = list(dict.fromkeys(min(sizes.get(g, g), batch * heads) for g in GROUPS))
             launches, refs = {}, {}
             for causal in (False, True):
                 q64, k64, v64 = (t[:1, :1].double() for t in (q, k, v))
@@ -64,7 +71,10 @@ def main(argv=None) -> int:
                     s64.masked_fill_(torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
                 refs[causal] = torch.softmax(s64, -1) @ v64
                 for cfg in CONFIGS:
-                    for heavy, fold in VARIANTS if cfg == committed else VARIANTS[:1]:
+                    tried = [(h, auto, f) for h, f in (VARIANTS if cfg == committed else VARIANTS[:1])]
+                    if causal and cfg == committed:
+                        tried[1:1] = [(True, g, True) for g in groups[1:]]
+                    for heavy, group, fold in tried:
                         if heavy != VARIANTS[0][0] and not causal:
                             continue  # the order only matters when tiles differ in work
                         tma, bm, bn, warps, stages = cfg
@@ -74,13 +84,13 @@ def main(argv=None) -> int:
                                                        [s * d, d, 1], [1, bn, d]) for t in (k, v))
 
                         def fn(causal=causal, tma=tma, bm=bm, bn=bn, warps=warps, stages=stages, heavy=heavy,
-                               fold=fold, kd=kd, vd=vd):
+                               fold=fold, kd=kd, vd=vd, group=group):
                             attention_fwd_kernel[(triton.cdiv(s, bm), batch * heads)](
-                                q, k, v, out, kd, vd, q, s, 1 / math.sqrt(d), heads, q.stride(0), q.stride(1),
+                                q, k, v, out, kd, vd, q, s, 1 / math.sqrt(d), heads, group, q.stride(0), q.stride(1),
                                 q.stride(2), HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, HAS_KV_LEN=False,
                                 IEEE=False, UPCAST=False, HEAVY_FIRST=causal and heavy, FOLD=fold, TMA=tma,
                                 num_warps=warps, num_stages=stages)
-                        launches[(causal, cfg, heavy, fold)] = fn
+                        launches[(causal, cfg, heavy, group if causal and heavy else 0, fold)] = fn
             errs = {}
             for key, fn in launches.items():
                 out.fill_(float("nan"))
@@ -91,13 +101,13 @@ def main(argv=None) -> int:
             ms = {key: float(np.median(t)) for key, t in rounds.items()}
             lines.append(f"head_dim {d}, S {s}, batch {batch} x {heads} heads, bf16")
             for key in launches:
-                causal, cfg, heavy, fold = key
+                causal, cfg, heavy, group, fold = key
                 flops = 4 * batch * heads * s * s * d * (0.5 if causal else 1.0)
-                speedup = f"  causal speedup {ms[(False, cfg, True, fold)] / ms[key]:.2f}" if causal else ""
+                speedup = f"  causal speedup {ms[(False, cfg, True, 0, fold)] / ms[key]:.2f}" if causal else ""
                 ok = errs[key] <= accuracy.tolerance("bfloat16")
                 lines.append(f"  {'causal' if causal else 'full':<6} tma {int(cfg[0])} BLOCK_M {cfg[1]:>3} BLOCK_N "
                              f"{cfg[2]:>3} warps {cfg[3]} stages {cfg[4]} heavy_first {int(causal and heavy)} "
-                             f"fold {int(fold)}  "
+                             f"group {group:>3} fold {int(fold)}  "
                              f"{ms[key]:7.3f} ms {flops / ms[key] / 1e9:6.1f} TFLOP/s{speedup}  "
                              f"err {errs[key]:.1e}{'' if ok else ' FAILED'}")
             print("\n".join(lines[-len(launches) - 1:]), flush=True)
