@@ -91,6 +91,14 @@ def head_group(batch_heads: int, seq: int, head_dim: int, elem_bytes: int) -> in
     return max(1, min(batch_heads, HEAD_GROUP_L2_BYTES // (2 * seq * head_dim * elem_bytes)))
 
 
+# The positive scale is not folded into the exp (attention_kernels._attend, FOLD): the fold measures
+# each score against m = round(max(s) * c) in one multiply-add, which puts a row's largest score at
+# 2^(the rounding error of m) instead of 2^0. Harmless for scores of everyday size, but past
+# |m| ~ 2^30 (a 16-bit dtype's whole range reaches 1e10) that exp flushes to 0 or overflows on a
+# GPU: zeros or NaN (tests/test_attention.py, test_float16_over_its_whole_finite_range). A guard that
+# walked such a tile again unfolded cost more than the fold saves (sweeps_attention.txt, fold rows).
+FOLD_SCALE = False
+
 # The kernel forms scale * log2(e) in float32 (every exp is an exp2): scales beyond this would make
 # it inf, and every score's exponent inf - inf = NaN.
 MAX_ABS_SCALE = float(np.finfo(np.float32).max) / math.log2(math.e)
@@ -189,6 +197,6 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
                          q.stride(0), q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
                          CAUSAL=bool(causal), HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
                          UPCAST=interp and q.dtype == torch.bfloat16, HEAVY_FIRST=bool(causal),
-                         FOLD=scale > 0, TMA=tma,
+                         FOLD=FOLD_SCALE and scale > 0, TMA=tma,
                          **({} if interp else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}))
     return out

@@ -24,6 +24,8 @@ def _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, 
     FOLD (a positive scale): max(s * c) = max(s) * c for c > 0, so the tile's max is taken on the raw
     products and the scale joins the exponent, s * c - m: one fused multiply-add per score instead of
     a multiply and a subtract. A negative scale turns the max into a min, so it multiplies first.
+    flash_attention leaves it off (attention.FOLD_SCALE: the multiply-add loses the row's largest
+    score once |m| passes ~2^30); the sweep still measures it.
     TMA: the key and value tiles come through tensor descriptors (KD, VD: the (B*H, S, D) views of K
     and V), each tile one bulk copy by the Hopper's tensor memory accelerator instead of an address
     per element and thread; rows past S read as zeros. Rows in [n_keys, S) (key padding) are real
@@ -141,19 +143,6 @@ def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads, head_
         hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
     m_i, l_i, acc = _walk(q, K, V, KD, VD, bh, base, stride_s, full, hi, offs_m, offs_n, offs_d, n_keys, qk_scale,
                           CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_M, BLOCK_N, HEAD_DIM)
-    if FOLD:
-        # The fold measures each score against m = round(max(s) * c) with one multiply-add, so the
-        # row's largest score lands at 2^(max(s) * c - m), the rounding error of m, not at 2^0.
-        # The softmax is shift-invariant and l and o carry the same shift, so this is harmless while
-        # that error is small; beyond |m| ~ 2^30 (scores of a 16-bit dtype's whole range, or a huge
-        # scale) it reaches 2^126 and the largest score's exp flushes to 0 or overflows, giving zeros
-        # or NaN. A tile that got there walks its keys again the unfolded way (scores scaled first,
-        # then the max subtracted exactly). The test is once per program, after the loop: real
-        # attention never takes the second walk and pays one reduction of m over the tile's rows.
-        worst = tl.max(tl.where(m_i == -float("inf"), 0.0, tl.abs(m_i)), 0)
-        if worst >= 16777216.0:  # 2^24: every score still lands within a factor of 2 of its place
-            m_i, l_i, acc = _walk(q, K, V, KD, VD, bh, base, stride_s, full, hi, offs_m, offs_n, offs_d, n_keys,
-                                  qk_scale, CAUSAL, IEEE, UPCAST, False, TMA, BLOCK_M, BLOCK_N, HEAD_DIM)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]          # no visible key: zeros
     tl.store(O + base + offs_m[:, None] * stride_s + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=offs_m[:, None] < seq)

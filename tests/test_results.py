@@ -634,7 +634,8 @@ def test_notebook_08_reading_of_the_cross_entropy_dram_bytes_holds():
 
 def _attention_sweep():
     """results/nvidia-h200/sweeps_attention.txt as
-    {(head_dim, S, mode, tma, BLOCK_M, BLOCK_N, warps, heavy, fold): ms}."""
+    {(head_dim, S, mode, tma, BLOCK_M, BLOCK_N, warps, heavy, fold, group): ms} (group: the heads a
+    causal launch orders longest-first together, 0 where nothing is reordered)."""
     import re
 
     out, key = {}, None
@@ -644,9 +645,10 @@ def _attention_sweep():
             key = (int(m[1]), int(m[2]))
             continue
         m = re.match(r"\s+(full|causal)\s+tma (\d) BLOCK_M\s+(\d+) BLOCK_N\s+(\d+) warps (\d+) stages \d "
-                     r"heavy_first (\d) fold (\d)\s+([\d.]+) ms", line)
+                     r"heavy_first (\d) group\s+(\d+) fold (\d)\s+([\d.]+) ms", line)
         if m:
-            out[(*key, m[1], *(int(g) for g in m.groups()[1:7]))] = float(m[8])
+            tma, bm, bn, warps, heavy, group, fold = (int(g) for g in m.groups()[1:8])
+            out[(*key, m[1], tma, bm, bn, warps, heavy, fold, group)] = float(m[9])
     return out
 
 
