@@ -767,7 +767,11 @@ def cases_07(rng, hidden: bool):
               ("causal, the first block: query 0 sees key 0 only", 40, 16, 8, 0, True, 40, 8, False),
               ("key padding: one valid key", 40, 16, 8, 16, True, 1, 16, False),
               ("causal, key 5 scoring 700 and every other key near -100 (the running max must not fall)",
-               64, 16, 8, 48, True, 64, 16, "falling")]
+               64, 16, 8, 48, True, 64, 16, "falling"),
+              ("not causal, a first tile whose scores are all -inf (as an additive mask makes them)",
+               40, 16, 8, 0, False, 40, 8, "hidden first"),
+              ("causal, the middle block again, keys past its end finite (any NaN is the update's)",
+               48, 16, 8, 16, True, 48, 16, "clean")]
     if hidden:
         s_len = int(rng.integers(20, 200))
         blocks.append(("hidden random block", s_len, 16, 16, int(rng.integers(0, s_len // 16)) * 16, True,
@@ -780,7 +784,10 @@ def cases_07(rng, hidden: bool):
             q = 1.0 + 0.01 * q
             k = (-100.0 + 0.1 * k) * np.sqrt(d) / d
             k[5] = 700.0 * np.sqrt(d) / d
-        elif rising:
+        elif rising == "hidden first":  # every row's first tile of scores is -inf: q > 0, those keys -inf
+            q = np.abs(q) + 0.1
+            k[:tile] = -np.inf
+        elif rising is True:
             k = q.mean(axis=0)[None, :] * np.linspace(0, 4, s_len)[:, None] + 0.01 * k
         want = _attention_rows(q, k, v, q0, causal, n)
         sigs = [(_attention_rows(q, k, v, q0, causal, n, mistake=mistake, tile=tile), words) for mistake, words in (
@@ -795,26 +802,40 @@ def cases_07(rng, hidden: bool):
             ("max of the tile alone", "the running max fell to a later tile's smaller max, and exp(m_old - m_new) "
                                       "overflowed: the new max is max(m, the tile's max)"),
             ("m never updated", "m was never updated, so each tile threw away the tiles before it: "
-                                "set m = m_new at the end of the update"))]
+                                "set m = m_new at the end of the update"),
+            ("no -inf guard", "a tile in which a row sees no key yet (every score -inf) made exp(-inf - -inf) = "
+                              "NaN: while m_new is -inf, measure the exponentials against 0 instead (the guard)"))]
 
         # Keys from the block's end on (padding, or above the causal diagonal) are never visited by the
         # tiled loop: they hold NaN here, as padding memory may. An answer that reads them (a whole
         # row of scores at once, tiles past causal_key_end) comes out NaN; the references above were
         # formed from the clean keys.
+        # The "clean" twin of the first case keeps them finite, so that a NaN the update makes by itself
+        # (inf * 0 from exp(m_new - m_old) on the first tile, -inf - -inf) is told apart from one read.
         end = min(n, q0 + m_rows) if causal else n
         k, v = k.copy(), v.copy()
-        k[end:], v[end:] = np.nan, np.nan
+        if rising != "clean":
+            k[end:], v[end:] = np.nan, np.nan
 
-        def judge(got, want=want, sigs=sigs, end=end, s_len=s_len):
+        def judge(got, want=want, sigs=sigs, end=end, s_len=s_len, clean=rising == "clean"):
             got = np.asarray(got, dtype=np.float64)
             if got.shape != want.shape:
                 return f"output shape {got.shape}, expected {want.shape}"
-            if end < s_len and np.isnan(got).any():
+            if np.isnan(got).any():
                 r = int(np.argwhere(np.isnan(got))[0][0])
+                for sig, words in sigs:   # a mistake whose own NaN lands where the answer's does
+                    if np.isnan(sig).any() and np.array_equal(np.isnan(sig), np.isnan(got)):
+                        return f"{words} (row {r} came out NaN)"
+                if clean or end >= s_len:
+                    return (f"row {r} came out NaN although every key and value here is finite: the update formed "
+                            "inf * 0 or -inf - -inf. On a row's first visible tile m_old is -inf, so the factor "
+                            "exp(m_old - m_new) must come out 0 (not exp(m_new - m_old) = inf), and while m_new is "
+                            "still -inf the exponentials are measured against 0")
                 return (f"row {r} came out NaN: keys {end}..{s_len - 1} lie past this block's end (key padding, or "
                         "above the causal diagonal) and hold NaN here, as padding memory may. The tiled loop never "
                         "reads them; yours did (scores for the whole row at once, or p @ v over keys the mask had "
-                        "zeroed: 0 * NaN is NaN)")
+                        "zeroed: 0 * NaN is NaN). If the case with those keys finite came out NaN too, the NaN is "
+                        "your update's: see that case")
             dead = ~want.any(axis=1)
             if dead.any() and not np.all(got[dead] == 0):
                 return ("a row that sees no key must be exactly zeros (got NaN or values): guard the -inf max "

@@ -24,7 +24,9 @@ def attention_block(q, k, v, q_start, causal, n_keys, tile):
     """softmax(q k^T / sqrt(d) + mask) v for the query rows q (rows q_start, q_start + 1, ...) of
     shape (M, d), against k and v of shape (S, d), walking the keys in tiles of `tile`: for each
     tile, scores, mask (keys at or past n_keys; with `causal`, keys after the row's query), the new
-    max, and (m, l, o) brought onto it. Rows that see no key return zeros. Returns (M, d)."""
+    max, and (m, l, o) brought onto it. Rows that see no key return zeros. A score may already be
+    -inf (an additive mask makes it so): a row can meet a whole tile of -inf before its first
+    visible key. Returns (M, d)."""
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     rows = q_start + np.arange(q.shape[0])
     scale = 1.0 / np.sqrt(q.shape[1])

@@ -282,6 +282,10 @@ WRONG = {
                                                  "alpha = np.exp(m_ref - np.where(np.isneginf(m), 0.0, m))"),
                                            "multiplied by exp(m_new - m_old)"),
         "m never updated": (_edit("07", "        m = m_new\n", ""), "m was never updated"),
+        "rescaled by the inverse factor, -inf included (inf * 0 on the first tile)": (
+            _edit("07", "alpha = np.exp(m - m_ref)", "alpha = np.exp(m_ref - m)"), "although every key and value here is finite"),
+        "no -inf guard (a tile of -inf scores before the first visible key)": (
+            _edit("07", "m_ref = np.where(np.isneginf(m_new), 0.0, m_new)", "m_ref = m_new"), "(the guard)"),
         "the tile's max alone (the running max falls)": (_edit("07", "m_new = np.maximum(m, s.max(axis=1))",
                                                                "m_new = s.max(axis=1)"), "the running max fell"),
         "p rounded to float32": (_edit("07", "p = np.exp(s - m_ref[:, None])",
