@@ -827,7 +827,7 @@ def cases_07(rng, hidden: bool):
                     if np.isnan(sig).any() and np.array_equal(np.isnan(sig), np.isnan(got)):
                         return f"{words} (row {r} came out NaN)"
                 if clean or end >= s_len:
-                    return (f"row {r} came out NaN although every key and value here is finite: the update formed "
+                    return (f"row {r} came out NaN although no key or value your loop should read holds NaN: the update formed "
                             "inf * 0 or -inf - -inf. On a row's first visible tile m_old is -inf, so the factor "
                             "exp(m_old - m_new) must come out 0 (not exp(m_new - m_old) = inf), and while m_new is "
                             "still -inf the exponentials are measured against 0")

@@ -283,7 +283,7 @@ WRONG = {
                                            "multiplied by exp(m_new - m_old)"),
         "m never updated": (_edit("07", "        m = m_new\n", ""), "m was never updated"),
         "rescaled by the inverse factor, -inf included (inf * 0 on the first tile)": (
-            _edit("07", "alpha = np.exp(m - m_ref)", "alpha = np.exp(m_ref - m)"), "although every key and value here is finite"),
+            _edit("07", "alpha = np.exp(m - m_ref)", "alpha = np.exp(m_ref - m)"), "although no key or value your loop should read holds NaN"),
         "no -inf guard (a tile of -inf scores before the first visible key)": (
             _edit("07", "m_ref = np.where(np.isneginf(m_new), 0.0, m_new)", "m_ref = m_new"), "(the guard)"),
         "the tile's max alone (the running max falls)": (_edit("07", "m_new = np.maximum(m, s.max(axis=1))",
