@@ -36,15 +36,18 @@ SMS = 132             # plan()'s default device for sizing cluster grids: an H10
 STRATEGIES = ("warp", "block", "cluster", "2pass")
 # Row operations (cuda/softmax_fast.cu, "Row operations"): the kernel-name prefix of each.
 OPS = {"softmax": "softmax_fast", "scale_mask_softmax": "scale_mask_softmax_fast",
-       "scaled_softmax": "scaled_softmax_fast", "cross_entropy": "cross_entropy_fast",
+       "scale_span_softmax": "scale_span_softmax_fast", "scaled_softmax": "scaled_softmax_fast", "cross_entropy": "cross_entropy_fast",
        "cross_entropy_loss": "cross_entropy_loss_fast"}
 
 
 @dataclass(frozen=True)
 class BlockTier:
-    """One block per row: `vecs` 16-byte vectors a thread, for rows that need at most `max_threads`."""
+    """One block per row: `vecs` 16-byte vectors a thread, for rows that need at most `max_threads`;
+    `raw`: a 16-bit row kept as its raw bits (cuda/softmax_fast.cu, PartOf): twice the bytes a
+    register holds, a second exp per element."""
     vecs: int
     max_threads: int
+    raw: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,9 @@ class Strategies:
     # softmax's 512-thread instance spilled); 0: for the threads they launch, like the others
     wide_misaligned_bound: int = 1024
     misaligned_cluster_threads: int = 1024  # the largest block of a misaligned cluster row
+    warp_raw: bool = False         # lanes of a warp keep a 16-bit row's raw bits (BlockTier.raw)
+    warp_min_vecs: int = 2         # vectors a lane at least: fewer lanes a row, more rows a warp
+    kernels: str = ""              # the op whose kernels run these rows, where not the op's own
 
 
 # The strategy table, per element size (4: fp32, 2: fp16/bf16). Its shape is general: few lanes
@@ -114,6 +120,12 @@ TABLE = {
 #     4 x 512) keep more of them busy (bench/sweeps/fast_configs.py --claim causal-block-tiers).
 #     Misaligned rows compile for the threads they launch: the 16-bit 8-vector instance compiled
 #     for 1024 threads spilled;
+#   - scale_span_softmax (the mask from indices alone, no mask tensor), 16-bit: a causal row reads
+#     half its vectors on average, so what decides its speed is how many loads an SM keeps in
+#     flight. Short rows take 4 vectors a lane (512 keys: 16 lanes a row, not 32 with 2 each);
+#     rows of 4097 to 16384 keep their raw bits (BlockTier.raw: 8 vectors in 32 registers, 1024
+#     threads an SM, where floats held 640). The raw form lost at 2048 and 4096 keys
+#     (bench/sweeps/fast_configs.py --claim causal-raw-rows);
 #   - cross_entropy: fp16's 8 x 8 x 128 cluster tier promises 6 blocks an SM, not 7; misaligned
 #     16-bit rows of more than 262144 logits are read twice (their 512-thread cluster tier spilled);
 #     fp32 rows of more than 16384 go to a cluster instead of a 1024-thread block (misaligned:
@@ -131,6 +143,12 @@ OP_TABLES = {
         2: replace(TABLE[2], misaligned_cluster_threads=256, cluster_tiers=tuple(replace(c, min_blocks=6) if (c.vecs, c.cluster, c.min_blocks) == (8, 8, 7)
                                                  else c for c in TABLE[2].cluster_tiers))},
 }
+OP_TABLES["scale_span_softmax"] = {
+    # fp32 rows run the masked kernels with a null mask: compiled without the mask's code, ptxas
+    # spilled in three fp32 cluster instances, and fp32 has no raw form to gain from it
+    4: replace(OP_TABLES["scale_mask_softmax"][4], kernels="scale_mask_softmax"),
+    2: replace(OP_TABLES["scale_mask_softmax"][2], warp_min_vecs=4,
+               block_tiers=(BlockTier(vecs=8, max_threads=64), BlockTier(vecs=8, max_threads=256, raw=True)))}
 # scale_mask_softmax with nothing masked (scaled_softmax) reads whole rows: the softmax's block
 # tiers (fp32 rows past 16384 to a cluster, as cross-entropy's), 16-bit rows longer than a block
 # holds read twice, as the masked ones
@@ -144,7 +162,7 @@ OP_TABLES["cross_entropy_loss"] = {4: replace(OP_TABLES["cross_entropy"][4], blo
                                                        else c for c in OP_TABLES["cross_entropy"][2].cluster_tiers))}
 
 # What a tuning experiment or a test may force; anything else is a typo and an error.
-OVERRIDES = frozenset({"strategy", "vecs", "group", "rows_per_thread", "cluster", "threads", "min_blocks"})
+OVERRIDES = frozenset({"strategy", "vecs", "group", "rows_per_thread", "cluster", "threads", "min_blocks", "raw"})
 
 
 @dataclass(frozen=True)
@@ -166,8 +184,9 @@ def _pow2ceil(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
-def _instance(name: str, ctype: str, params: tuple, aligned: str, op: str = "softmax") -> str:
-    return f"{OPS[op]}_{name}<{', '.join([ctype, *map(str, params), aligned])}>"
+def _instance(name: str, ctype: str, params: tuple, aligned: str, op: str = "softmax", raw: bool = False) -> str:
+    """The template instance's expression; RAW is named only where true (its default is false)."""
+    return f"{OPS[op]}_{name}<{', '.join([ctype, *map(str, params), aligned] + (['true'] if raw else []))}>"
 
 
 def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MAX_CLUSTER, warp_size: int = 32,
@@ -196,6 +215,7 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     ctype, size = DTYPES[dtype]
     n = VEC_BYTES // size                # elements per 16-byte vector
     t = OP_TABLES[op][size]
+    kop = t.kernels or op                # the kernels' op (same arguments)
     al = "true" if (cols % n == 0 if aligned is None else aligned) else "false"
     # vectors per row; a misaligned row's vectors start at the 16-byte boundary before it, up to
     # n - 1 elements early (cuda/softmax_fast.cu, lead_of())
@@ -203,17 +223,22 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     max_cluster = MAX_CLUSTER if clusters is True else int(clusters or 0)
     # 1. short rows: a group of lanes per row, no barrier
     if want == "warp" or (want is None and rv <= t.warp_max_vectors):
-        group = override.get("group", min(GROUP_MAX, _pow2ceil(-(-rv // override.get("vecs", 2 if rv <= 64 else 4)))))
+        least = override.get("vecs", max(t.warp_min_vecs, 2 if rv <= 64 else 4))
+        group = override.get("group", min(GROUP_MAX, _pow2ceil(-(-rv // least))))
         vecs = override.get("vecs", _pow2ceil(-(-rv // group)))
         rpt = override.get("rows_per_thread", 1)
         per_block = (WARP_THREADS // group) * rpt
-        return Plan("warp", _instance("warp", ctype, (vecs, group, rpt), al, op), (vecs, group, rpt), -(-rows // per_block),
-                    WARP_THREADS, per_block, f"{rv} vectors per row: {group} lanes x {vecs} vectors", WARP_THREADS)
+        raw = size == 2 and bool(override.get("raw", t.warp_raw))
+        return Plan("warp", _instance("warp", ctype, (vecs, group, rpt), al, kop, raw), (vecs, group, rpt),
+                    -(-rows // per_block), WARP_THREADS, per_block,
+                    f"{rv} vectors per row: {group} lanes x {vecs} vectors" + (" (raw bits)" if raw else ""), WARP_THREADS)
     # 2. medium rows: a block per row
     if want in (None, "block"):
-        strict = list(dict.fromkeys((override.get("vecs", tier.vecs), tier.max_threads) for tier in t.block_tiers))
-        relaxed = [(v, 1024) for v, _ in strict] if want == "block" else []
-        for vecs, limit in strict + relaxed:
+        strict = list(dict.fromkeys((override.get("vecs", tier.vecs), tier.max_threads, tier.raw) for tier in t.block_tiers))
+        relaxed = [(v, 1024, r) for v, _, r in strict] if want == "block" else []
+        for vecs, limit, raw in strict + relaxed:
+            # misaligned rows stay floats: their element loads cost the registers raw rows save
+            raw = size == 2 and bool(override.get("raw", raw and al == "true"))
             threads = override.get("threads", _round_up(-(-rv // vecs), warp_size))
             if threads <= limit:
                 # misaligned rows of 8 vectors a thread: ptxas gives the 512-thread instance a stack
@@ -222,8 +247,9 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
                 bound = t.wide_misaligned_bound if (al == "false" and vecs >= 8 and t.wide_misaligned_bound) \
                     else _bound(threads)
                 params = (vecs, bound)
-                return Plan("block", _instance("block", ctype, params, al, op), params, rows, threads, 1,
-                            f"{rv} vectors per row: {threads} threads x {vecs} vectors", params[1])
+                return Plan("block", _instance("block", ctype, params, al, kop, raw), params, rows, threads, 1,
+                            f"{rv} vectors per row: {threads} threads x {vecs} vectors" + (" (raw bits)" if raw else ""),
+                            params[1])
     # 3. long rows: a cluster of blocks per row, (m, s) exchanged through distributed shared memory;
     #    as many clusters as fit at once, sharing the rows through a ticket counter
     if max_cluster >= 2 and want in (None, "cluster"):
@@ -246,7 +272,7 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
                 # constant (cuda/softmax_fast.cu); the threads past the row hold -inf
                 threads = _bound(threads)
                 params = (tier.vecs, tier.cluster, threads, tier.min_blocks)
-                name = _instance("cluster", ctype, params, al, op)
+                name = _instance("cluster", ctype, params, al, kop)
                 fit = resident(name, tier.cluster, threads) if resident else max(1, SMS * tier.min_blocks // tier.cluster)
                 k = max(1, min(rows, fit))
                 return Plan("cluster", name, params, k * tier.cluster, threads, -(-rows // k),
@@ -258,7 +284,7 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     # 4. anything else: read the row twice
     threads = override.get("threads", TWOPASS_THREADS)
     vecs = override.get("vecs", t.twopass_vecs)
-    return Plan("2pass", _instance("2pass", ctype, (vecs,), al, op), (vecs,), rows, threads, 1,
+    return Plan("2pass", _instance("2pass", ctype, (vecs,), al, kop), (vecs,), rows, threads, 1,
                 "row too long to keep on chip" + ("" if max_cluster >= 2 else " without clusters") + ": two reads",
                 TWOPASS_THREADS)
 
@@ -443,8 +469,14 @@ def scale_mask_softmax_on_cpu(x, scale: float = 1.0, dtype: str = "float32", *, 
         kinds, values = [("f32", None)], [scale]
         return _run_on_cpu("scaled_softmax", x2, dtype, kinds, values, [], aligned=aligned, warp_size=warp_size,
                            override=override, offsets=offsets)[1]
-    return _run_on_cpu("scale_mask_softmax", x2, dtype, kinds, values, [], aligned=aligned, warp_size=warp_size,
+    return _run_on_cpu(_masked_op(mask), x2, dtype, kinds, values, [], aligned=aligned, warp_size=warp_size,
                        override=override, offsets=offsets)[1]
+
+
+def _masked_op(mask) -> str:
+    """The masked kernels' op: with an additive mask tensor, or with the mask from indices alone
+    (scale_span_softmax, which compiles the tensor's code out and may keep 16-bit rows raw)."""
+    return "scale_mask_softmax" if mask is not None else "scale_span_softmax"
 
 
 def _nothing_masked(scale, causal, window, valid_len, mask) -> bool:
@@ -462,7 +494,6 @@ def _check_scale(scale) -> None:
     """The kernels take the scale as a float32: a finite one past FLT_MAX would arrive as inf."""
     if not abs(float(scale)) <= float(np.finfo(np.float32).max):
         raise ValueError(f"scale must be finite as a float32 (|scale| <= 3.4e38), got {scale!r}")
-
 
 
 def cross_entropy_on_cpu(logits, target, dtype: str = "float32", *, ignore_index: int = -100,
@@ -759,7 +790,7 @@ def scale_mask_softmax(x, scale: float = 1.0, *, causal: bool = False, window: i
         if _nothing_masked(scale, causal, window, valid_len, mask):
             _launch("scaled_softmax", x2, out2, rows, cols, dtype, (np.float32(scale),), defines, override)
         else:
-            _launch("scale_mask_softmax", x2, out2, rows, cols, dtype, extra, defines, override)
+            _launch(_masked_op(mask), x2, out2, rows, cols, dtype, extra, defines, override)
     return out
 
 

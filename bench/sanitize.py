@@ -57,7 +57,7 @@ def launch_all() -> list:
     # kind (scale + mask) and ignored rows, label smoothing and z-loss (cross-entropy)
     from a07_softmax import cross_entropy as CE
 
-    for op in ("scale_mask_softmax", "scaled_softmax", "cross_entropy", "cross_entropy_loss"):
+    for op in ("scale_mask_softmax", "scale_span_softmax", "scaled_softmax", "cross_entropy", "cross_entropy_loss"):
         for dt in fast.DTYPES:
             n = fast.VEC_BYTES // fast.DTYPES[dt][1]
             for cols in fast.PLANNED_COLS:
@@ -73,6 +73,9 @@ def launch_all() -> list:
                             add = torch.zeros(4, cols, device="cuda", dtype=x.dtype)
                             fast.scale_mask_softmax(x, 0.5, causal=True, window=5, valid_len=lens, mask=add,
                                                     clusters=clusters)
+                        elif op == "scale_span_softmax":  # the mask from indices alone, no tensor
+                            lens = torch.tensor([0, 1, cols, max(0, cols - 3)], dtype=torch.int32, device="cuda")
+                            fast.scale_mask_softmax(x, 0.5, causal=True, window=5, valid_len=lens, clusters=clusters)
                         elif op == "scaled_softmax":  # scale_mask_softmax with nothing masked
                             fast.scale_mask_softmax(x, 0.5, clusters=clusters)
                         else:

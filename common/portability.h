@@ -61,6 +61,16 @@ __device__ __forceinline__ uint4 load16_if(const void* p, bool inside, unsigned 
 // max(a, b) that returns NaN when either is NaN (fmaxf drops a NaN and would hide it: a row with a
 // NaN must come out NaN, never as a softmax of the other values).
 __device__ __forceinline__ float max_nan(float a, float b) { return a != a || a > b ? a : b; }
+// Lane-wise max of two pairs of 16-bit values, NaN kept. Each half's max is one of its inputs, so
+// the repacking is exact (a NaN comes back as the canonical quiet NaN).
+__device__ __forceinline__ unsigned max_bf162(unsigned a, unsigned b) {
+  const auto f = [](unsigned w) { return __uint_as_float(w << 16); };
+  return pack_bf162(max_nan(f(a), f(b)), max_nan(f(a >> 16), f(b >> 16)));
+}
+__device__ __forceinline__ unsigned max_half2(unsigned a, unsigned b) {
+  const auto f = [](unsigned w) { return half_bits_to_float(static_cast<unsigned short>(w)); };
+  return pack_half2(max_nan(f(a), f(b)), max_nan(f(a >> 16), f(b >> 16)));
+}
 #define A07_HAS_CLUSTERS 0
 #else
 // 2^x on the special-function unit: the MUFU.EX2 alone. `.ftz`: results below FLT_MIN (1.2e-38)

@@ -43,6 +43,7 @@
 //   Softmax                    softmax_fast_<strategy>                p
 //   ScaleMask                  scale_mask_softmax_fast_<strategy>     softmax(x * scale + mask) over
 //                                                                    the visible columns, 0 elsewhere
+//                              scale_span_softmax_fast_<strategy>     the same, no additive mask tensor
 //   Scaled                     scaled_softmax_fast_<strategy>         softmax(x * scale), scale > 0
 //                                                                    (the same with nothing masked)
 //   CrossEntropy               cross_entropy_fast_<strategy>          the gradient, and one loss a row
@@ -54,6 +55,9 @@
 #include "online_softmax.h"
 
 #define LOG2E 1.4426950408889634f
+#ifndef A07_SKIP_HIDDEN  // 0: exponentiate the columns a mask hides too (a control for the sweep)
+#define A07_SKIP_HIDDEN 1
+#endif
 
 // exp(x - m) as 2^((x - m) * log2(e)): one subtraction, one multiply, one EX2. The subtraction
 // comes first, on purpose. The one-FFMA form 2^(x * log2(e) - m * log2(e)) scales x and m before
@@ -111,9 +115,7 @@ struct BF16Bits {  // bf16 is the top half of a float: widening is a shift
   __device__ static unsigned pack2(float a, float b) { return pack_bf162(a, b); }
   static constexpr unsigned NEG_INF2 = 0xff80ff80u;  // two -inf
   static constexpr bool SHIFT_UNPACK = true;           // widening needs no extra registers
-#if A07_HAS_CLUSTERS
   __device__ static unsigned max2(unsigned a, unsigned b) { return max_bf162(a, b); }
-#endif
 };
 struct F16Bits {
   __device__ static float lo(unsigned w) { return half_bits_to_float(static_cast<unsigned short>(w)); }
@@ -121,9 +123,7 @@ struct F16Bits {
   __device__ static unsigned pack2(float a, float b) { return pack_half2(a, b); }
   static constexpr unsigned NEG_INF2 = 0xfc00fc00u;
   static constexpr bool SHIFT_UNPACK = false;
-#if A07_HAS_CLUSTERS
   __device__ static unsigned max2(unsigned a, unsigned b) { return max_half2(a, b); }
-#endif
 };
 template <> struct Vec<bf16_t> : Vec16<bf16_t, BF16Bits> {};
 template <> struct Vec<f16_t> : Vec16<f16_t, F16Bits> {};
@@ -203,6 +203,9 @@ struct ScaledRow {
   __device__ __forceinline__ bool reads(int c0, int, int cols) const { return c0 < cols; }
   template <class T> __device__ __forceinline__ void see(const T*, int, int) {}
   __device__ __forceinline__ float score(int, float x) const { return x * scale; }
+  __device__ __forceinline__ bool hidden(int, int) const { return false; }
+  __device__ __forceinline__ bool whole(int, int) const { return true; }
+  __device__ __forceinline__ float score_inside(int c, float x) const { return score(c, x); }
   template <int VECS, int N, bool ALIGNED>
   __device__ __forceinline__ void score_part(float*, int, int, int) const {}  // folded into the exp
   __device__ __forceinline__ float exp_factor() const { return scale * LOG2E; }
@@ -224,21 +227,29 @@ struct ScaledOp {
 // one span [lo, hi): its outside is neither read nor exponentiated, so a causal row reads i + 1
 // columns, not cols. The additive mask (optional) is indexed by strides, so a broadcast of it (one
 // (q_len, cols) mask for every head, one row per batch for padding) costs no copy.
-template <class T>
+template <class T, bool MASKED>
 struct ScaleMaskRow {
   using State = MS;
   static constexpr bool SCORES = true, OUTPUTS = false, SUMS = false, WRITES = true;
   int lo = 0, hi = 0;        // the span that may be visible
   float scale = 1.0f;
   bool folded = false;       // the scale goes into the exp (no additive mask, scale > 0)
-  const T* mask = nullptr;   // this row's additive mask, or none
-  __device__ __forceinline__ bool reads(int c0, int n, int) const { return c0 < hi && c0 + n > lo; }
+  const T* mask_ = nullptr;  // this row's additive mask, or none (read through mask())
+  // MASKED false (scale_span_softmax: the mask comes from indices alone) makes the additive mask a
+  // compile-time null, so none of its code or registers is compiled in: the 16-bit raw rows
+  // (RowBits) fit their register bound without spilling only so.
+  __device__ __forceinline__ const T* mask() const { return MASKED ? mask_ : nullptr; }
+  __device__ __forceinline__ bool reads(int c0, int n, int) const { return !hidden(c0, n); }
   template <class U> __device__ __forceinline__ void see(const U*, int, int) {}
-  // The score of element x at column c, whole (RowBits recomputes it at every use).
-  __device__ __forceinline__ float score(int c, float x) const {
-    if (c < lo || c >= hi) return A07_NEG_INF;
-    return mask ? fmaf(x, scale, Vec<T>::scalar(mask[c])) : x * scale;
+  // Columns [c0, c0 + n) wholly outside the span (never read: every score -inf), or wholly inside.
+  __device__ __forceinline__ bool hidden(int c0, int n) const { return c0 >= hi || c0 + n <= lo; }
+  __device__ __forceinline__ bool whole(int c0, int n) const { return c0 >= lo && c0 + n <= hi; }
+  // The score of element x at column c, whole (RowBits recomputes it at every use), and the same
+  // for a column known to be inside the span.
+  __device__ __forceinline__ float score_inside(int c, float x) const {
+    return mask() ? fmaf(x, scale, Vec<T>::scalar(mask()[c])) : x * scale;
   }
+  __device__ __forceinline__ float score(int c, float x) const { return c < lo || c >= hi ? A07_NEG_INF : score_inside(c, x); }
   // A RowPart's share at once, with as little work per element as the row allows:
   //   - softmax(x * scale) = exp((x - max x) * scale) / sum for scale > 0 (x * scale is monotone
   //     in x, so max(x * scale) = (max x) * scale even after rounding): without an additive mask
@@ -257,7 +268,7 @@ struct ScaleMaskRow {
           v[i] = unsigned(c - lo) < span ? score(v[i], c) : A07_NEG_INF;
         }
       };
-      if (mask) each([&](float x, int c) { return fmaf(x, scale, Vec<T>::scalar(mask[c])); });
+      if (mask()) each([&](float x, int c) { return fmaf(x, scale, Vec<T>::scalar(mask()[c])); });
       else if (folded) each([](float x, int) { return x; });
       else each([&](float x, int) { return x * scale; });
       return;
@@ -267,9 +278,9 @@ struct ScaleMaskRow {
       const int c0 = base + (j * G + t) * N;
       float* w = v + j * N;
       if (c0 >= lo && c0 + N <= hi) {
-        if (mask) {
+        if (mask()) {
 #pragma unroll
-          for (int e = 0; e < N; ++e) w[e] = fmaf(w[e], scale, Vec<T>::scalar(mask[c0 + e]));
+          for (int e = 0; e < N; ++e) w[e] = fmaf(w[e], scale, Vec<T>::scalar(mask()[c0 + e]));
         } else if (!folded) {
 #pragma unroll
           for (int e = 0; e < N; ++e) w[e] *= scale;
@@ -278,7 +289,7 @@ struct ScaleMaskRow {
 #pragma unroll
         for (int e = 0; e < N; ++e) {
           const int c = c0 + e;
-          const float x = mask ? fmaf(w[e], scale, Vec<T>::scalar(mask[c])) : folded ? w[e] : w[e] * scale;
+          const float x = mask() ? fmaf(w[e], scale, Vec<T>::scalar(mask()[c])) : folded ? w[e] : w[e] * scale;
           w[e] = c >= lo && c < hi ? x : A07_NEG_INF;
         }
       }
@@ -290,15 +301,17 @@ struct ScaleMaskRow {
   __device__ __forceinline__ float out(int, float p) const { return p; }
   template <class U> __device__ __forceinline__ void stored(U*) const {}
 };
-template <class T>
+template <class T, bool MASKED>
 struct ScaleMaskOp {
   float scale;
   int heads, q_len, causal, window;  // window: 0 for none
   const int* valid_len;              // per row, or null
   const T* mask;                     // additive, or null; element (b, h, i, j) at b*sb + h*sh + i*sq + j
+                                     // (MASKED false: ignored, the launcher passes null)
   long long mask_sb, mask_sh, mask_sq;
-  using Row = ScaleMaskRow<T>;
+  using Row = ScaleMaskRow<T, MASKED>;
   __device__ __forceinline__ Row row(int r, int cols) const {
+    const T* const mask = MASKED ? this->mask : nullptr;
     // integer divisions cost tens of instructions: only what the row's mask needs
     const int bh = causal || window > 0 || mask ? r / q_len : 0, i = r - bh * q_len;
     Row row;
@@ -313,7 +326,7 @@ struct ScaleMaskOp {
     row.folded = !mask && scale > 0.0f && scale * LOG2E < -A07_NEG_INF;
     if (mask) {
       const int b = bh / heads, h = bh - b * heads;
-      row.mask = mask + b * mask_sb + h * mask_sh + i * mask_sq;
+      row.mask_ = mask + b * mask_sb + h * mask_sh + i * mask_sq;
     }
     return row;
   }
@@ -463,7 +476,23 @@ struct RowPart {
     const float k = row.exp_factor();  // log2(e), or a folded scale times it (ScaleMaskRow)
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < VECS * N; ++i) s += (v[i] = exp_minus(v[i], m_sub, k));
+    for (int j = 0; j < VECS; ++j) {
+      float* w = v + j * N;
+      // a vector the Row's span hides was never read: its exps are 0, with no exp computed (a
+      // causal row hides half its vectors on average). A NaN elsewhere still reaches every
+      // column through the store's factor. Aligned 16-bit rows only: fp32 rows measured the same
+      // either way (bench/sweeps/fast_configs.py --claim skip-hidden), and misaligned and fp32
+      // cluster instances spilled with it (NVRTC's report).
+      if constexpr (Row::SCORES && ALIGNED && N == 8 && A07_SKIP_HIDDEN) {
+        if (row.hidden(base - lead + (j * G + t) * N, N)) {
+#pragma unroll
+          for (int e = 0; e < N; ++e) w[e] = 0.0f;
+          continue;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < N; ++e) s += (w[e] = exp_minus(w[e], m_sub, k));
+    }
     return make_state<typename Row::State>(row.state_max(m), s, sx);
   }
 
@@ -499,102 +528,6 @@ struct RowPart {
   }
 };
 
-__device__ __forceinline__ MS as_ms(MS st) { return st; }
-__device__ __forceinline__ MS as_ms(MSX st) { return MS{st.m, st.s}; }
-
-// Butterfly over the GROUP lanes that share a row (xor offsets below GROUP stay inside it).
-template <int GROUP, class State>
-__device__ __forceinline__ State group_combine(State st) {
-#pragma unroll
-  for (int offset = GROUP / 2; offset > 0; offset /= 2) st = combine(st, shfl_xor(st, offset));
-  return st;
-}
-
-// Each strategy below is a __device__ body, templated on the row operation, and one kernel per
-// operation (at the end of the file) that passes its arguments in.
-
-// Short rows: GROUP lanes (a power of two, at most 32) per row, ROWS rows per thread, so each
-// thread has ROWS * VECS 16-byte loads in flight before its first reduction. No barrier at all.
-// Blocks of A07_FAST_WARP_THREADS (course_constants.h): two warps, enough for many resident blocks
-// per SM without the barrier-free groups idling; one warp per block leaves too few warps per SM.
-template <class T, int VECS, int GROUP, int ROWS, bool ALIGNED, class Op>
-__device__ __forceinline__ void warp_rows(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, const Op& op) {
-  const int groups_per_block = blockDim.x / GROUP;
-  const int t = threadIdx.x % GROUP;
-  const long long first = (long long)blockIdx.x * groups_per_block * ROWS + threadIdx.x / GROUP;
-  RowPart<T, VECS, ALIGNED> part[ROWS];
-  typename Op::Row ro[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    const long long row = first + (long long)r * groups_per_block;
-    if (row < rows) {
-      ro[r] = op.row(int(row), cols);
-      part[r].load(x + row * cols, cols, t, GROUP, ro[r]);
-    } else {
-      part[r].load(x, 0, t, GROUP, ro[r]);  // no elements: all -inf, no memory touched
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    const long long row = first + (long long)r * groups_per_block;
-    const auto mine = part[r].stats(ro[r], t, GROUP);
-    const auto total = group_combine<GROUP>(mine);  // every lane of the warp takes part
-    if (row < rows) {
-      ro[r].reduced(total, t == 0);
-      if constexpr (Op::Row::WRITES) part[r].store(y + row * cols, cols, t, GROUP, mine.m, as_ms(total), ro[r]);
-    }
-  }
-}
-
-// Medium rows: one block per row; blockDim.x * VECS vectors cover the row. MAX_THREADS (the
-// launch bound, >= blockDim.x) tells the compiler how many registers a thread may use: 64 at 1024
-// threads, 128 at 512, so a thread can hold 64 floats of its row only in smaller blocks.
-template <class T, int VECS, bool ALIGNED, class Op>
-__device__ __forceinline__ void block_row(const T* __restrict__ x, T* __restrict__ y, int cols, const Op& op) {
-  const long long row = blockIdx.x;
-  auto ro = op.row(int(row), cols);
-  RowPart<T, VECS, ALIGNED> part;
-  part.load(x + row * cols, cols, threadIdx.x, blockDim.x, ro);
-  const auto mine = part.stats(ro, threadIdx.x, blockDim.x);
-  const auto total = block_reduce(mine);
-  ro.reduced(total, threadIdx.x == 0);
-  if constexpr (Op::Row::WRITES) part.store(y + row * cols, cols, threadIdx.x, blockDim.x, mine.m, as_ms(total), ro);
-}
-
-#if A07_HAS_CLUSTERS
-// The row's (M, S) from every block's (m, s), through distributed shared memory, without a cluster
-// barrier: each block posts a 16-byte message (m, s, the next row claimed, unused) into slot [its
-// rank] of every block's inbox (st.async), and each block's mbarrier completes once all CLUSTER
-// messages have landed. Every warp then merges the pairs with the same combine() (lane l reads
-// pair l % CLUSTER, a butterfly over CLUSTER lanes). The unused slot carries MSX's third field. Two inboxes alternate between rows: a block
-// can post row i + 2 only after every block has posted row i + 1, which each does only after
-// reading its inbox for row i.
-template <int CLUSTER, class State>
-struct Mailbox {
-  float4 msg[2][CLUSTER];
-  unsigned long long full[2];
-  int claimed[2];  // block 0's thread 0 parks the row it claimed here for its senders (the same
-                   // alternation keeps it from being overwritten before they have read it)
-
-  __device__ __forceinline__ void init() {
-    if (threadIdx.x == 0) mbar_init(&full[0], 1), mbar_init(&full[1], 1);
-  }
-  // Call from every thread of the block, for the block's i-th row, with the block's (m, s), after
-  // a block barrier that follows the claim (block_combine() has two). Returns the row's (M, S);
-  // `claim` becomes the row block 0 claimed.
-  __device__ __forceinline__ State exchange(State block_state, int i, int& claim) {
-    const int box = i & 1;
-    if (threadIdx.x == 0) mbar_expect(&full[box], CLUSTER * sizeof(float4));
-    if (threadIdx.x < CLUSTER)
-      cluster_send_float4(&msg[box][cluster_rank()], &full[box], threadIdx.x,
-                          make_float4(block_state.m, block_state.s, __int_as_float(claimed[box]), sum_of(block_state)));
-    mbar_wait(&full[box], (i >> 1) & 1);
-    const float4 p = msg[box][threadIdx.x % warpSize % CLUSTER];
-    claim = __float_as_int(msg[box][0].z);
-    return group_combine<CLUSTER>(make_state<State>(p.x, p.y, p.w));
-  }
-};
-
 // The part of a 16-bit row that one thread of a cluster owns, kept as the raw 16-bit values, two
 // per 32-bit register (same element ownership as RowPart). Held as floats the same bytes take twice
 // the registers, so a block would hold half as many bytes, or an SM half as many blocks, and too
@@ -602,6 +535,8 @@ struct Mailbox {
 // element, once for the sum and once for the output; affordable only because exp2 is the
 // one-instruction .ftz form. The max is taken on the pairs as they are, one instruction per two
 // values.
+template <bool B> struct Whole { static constexpr bool value = B; };
+
 template <class T, int VECS, bool ALIGNED>
 struct RowBits {
   static constexpr int N = Vec<T>::N;  // 8 values, 4 words, one uint4
@@ -652,11 +587,26 @@ struct RowBits {
 
   // Element 2k (lo) or 2k + 1 (hi) of vector j as the softmax sees it: the raw value, or the Row's
   // score of it (SCORES: recomputed wherever it is needed, registers are what this path lacks).
-  template <class Row>
+  // WHOLE: the vector lies inside the Row's span, so no column needs its own test.
+  template <bool WHOLE, class Row>
   static __device__ __forceinline__ float value(const Row& row, unsigned w, bool high, int c) {
     const float x = high ? Bits::hi(w) : Bits::lo(w);
-    if constexpr (Row::SCORES) return row.score(c, x);
-    else return x;
+    if constexpr (!Row::SCORES) return x;
+    else if constexpr (WHOLE) return row.score_inside(c, x);
+    else return row.score(c, x);
+  }
+  // Calls f(std::integral_constant-like WHOLE) for vector c0's case, or nothing where the Row's span
+  // hides it: such a vector was never read, all its scores are -inf and its exps 0. A masked row
+  // (causal: half the columns on average) so spends no arithmetic on what it does not see, and a
+  // vector needs a test per column only where it straddles the span's edge.
+  template <class Row, class F>
+  static __device__ __forceinline__ void visit(const Row& row, int c0, F&& f) {
+    if constexpr (!Row::SCORES) {
+      f(Whole<true>{});
+    } else if (!row.hidden(c0, N)) {
+      if (row.whole(c0, N)) f(Whole<true>{});
+      else f(Whole<false>{});
+    }
   }
 
   // 2^(x log2(e) - bias) in the one-FFMA form (FFMA), or 2^((x - m) log2(e) - bias) with the
@@ -675,18 +625,20 @@ struct RowBits {
     for (int j = 0; j < VECS; ++j) {
       const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
       const int c0 = (j * G + t) * N - lead;
+      visit(row, c0, [&](auto whole) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        s_lo += exp_of<FFMA>(value(row, w[k], false, c0 + 2 * k), m, bias);
-        s_hi += exp_of<FFMA>(value(row, w[k], true, c0 + 2 * k + 1), m, bias);
-        if constexpr (Row::SUMS) {  // (SUMS rows are never SCORES rows: the raw values are the scores)
-          const float lo = Bits::lo(w[k]), hi = Bits::hi(w[k]);
-          // aligned rows end on a vector boundary: a vector is wholly in the row or wholly padding
-          if constexpr (ALIGNED) sx += c0 < row.hi ? lo + hi : 0.0f;
-          else sx += (unsigned(c0 + 2 * k) < unsigned(row.hi) ? lo : 0.0f) +
-                     (unsigned(c0 + 2 * k + 1) < unsigned(row.hi) ? hi : 0.0f);
+        for (int k = 0; k < 4; ++k) {
+          s_lo += exp_of<FFMA>(value<decltype(whole)::value>(row, w[k], false, c0 + 2 * k), m, bias);
+          s_hi += exp_of<FFMA>(value<decltype(whole)::value>(row, w[k], true, c0 + 2 * k + 1), m, bias);
+          if constexpr (Row::SUMS) {  // (SUMS rows are never SCORES rows: the raw values are the scores)
+            const float lo = Bits::lo(w[k]), hi = Bits::hi(w[k]);
+            // aligned rows end on a vector boundary: a vector is wholly in the row or wholly padding
+            if constexpr (ALIGNED) sx += c0 < row.hi ? lo + hi : 0.0f;
+            else sx += (unsigned(c0 + 2 * k) < unsigned(row.hi) ? lo : 0.0f) +
+                       (unsigned(c0 + 2 * k + 1) < unsigned(row.hi) ? hi : 0.0f);
+          }
         }
-      }
+      });
     }
     return s_lo + s_hi;
   }
@@ -701,8 +653,11 @@ struct RowBits {
 #pragma unroll
       for (int j = 0; j < VECS; ++j) {
         const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
+        const int c0 = (j * G + t) * N - lead;
+        visit(row, c0, [&](auto whole) {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) m = max_nan(m, value(row, w[k / 2], k % 2, (j * G + t) * N - lead + k));
+          for (int k = 0; k < 8; ++k) m = max_nan(m, value<decltype(whole)::value>(row, w[k / 2], k % 2, c0 + k));
+        });
       }
     } else {
       unsigned pair = NEG_INF2;
@@ -730,26 +685,34 @@ struct RowBits {
   __device__ __forceinline__ void store_exps(T* __restrict__ yr, int cols, int t, int G, float m, float bias,
                                              const Row& row) const {
     const bool same_lead = ALIGNED || lead_of(yr) == lead;  // whole vectors where the output lines up
+    // what a hidden column gets: exp(-inf - M) / S = 0, or NaN where the row has no softmax (M is
+    // NaN, or S is, from an inf - inf: bias is then NaN too). A NaN or +inf score makes the whole
+    // row NaN, as it does unmasked (docs/contract.md); hidden columns are no exception.
+    const float qnan = __int_as_float(0x7fc00000);
+    const unsigned hidden2 = m != m || bias != bias ? Bits::pack2(qnan, qnan) : 0u;
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N - lead;
       const unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
-      unsigned out[4];
+      unsigned out[4] = {hidden2, hidden2, hidden2, hidden2};
+      static_assert(!(Row::OUTPUTS && Row::SCORES), "a hidden column's output is the probability 0 itself");
+      visit(row, c0, [&](auto whole) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int c = c0 + 2 * k;
-        if constexpr (Row::OUTPUTS) {
-          const bool any = FFMA || m != A07_NEG_INF;
-          const float lo = any ? exp_of<FFMA>(value(row, w[k], false, c), m, bias) : 0.0f;
-          const float hi = any ? exp_of<FFMA>(value(row, w[k], true, c + 1), m, bias) : 0.0f;
-          out[k] = Bits::pack2(row.out(c, lo), row.out(c + 1, hi));
-        } else {
-          out[k] = FFMA || m != A07_NEG_INF
-                       ? Bits::pack2(exp_of<FFMA>(value(row, w[k], false, c), m, bias),
-                                     exp_of<FFMA>(value(row, w[k], true, c + 1), m, bias))
-                       : 0u;
+        for (int k = 0; k < 4; ++k) {
+          const int c = c0 + 2 * k;
+          if constexpr (Row::OUTPUTS) {
+            const bool any = FFMA || m != A07_NEG_INF;
+            const float lo = any ? exp_of<FFMA>(value<decltype(whole)::value>(row, w[k], false, c), m, bias) : 0.0f;
+            const float hi = any ? exp_of<FFMA>(value<decltype(whole)::value>(row, w[k], true, c + 1), m, bias) : 0.0f;
+            out[k] = Bits::pack2(row.out(c, lo), row.out(c + 1, hi));
+          } else {
+            out[k] = FFMA || m != A07_NEG_INF
+                         ? Bits::pack2(exp_of<FFMA>(value<decltype(whole)::value>(row, w[k], false, c), m, bias),
+                                       exp_of<FFMA>(value<decltype(whole)::value>(row, w[k], true, c + 1), m, bias))
+                         : 0u;
+          }
         }
-      }
+      });
       if (ALIGNED) {
         if (c0 < cols) *reinterpret_cast<uint4*>(yr + c0) = make_uint4(out[0], out[1], out[2], out[3]);
       } else if (same_lead && c0 >= 0 && c0 + N <= cols) {
@@ -773,6 +736,112 @@ struct RowBits {
     if (fabsf(c) < FFMA_EXP_LIMIT) store_exps<true>(yr, cols, t, G, row_ms.m, c, row);
     else store_exps<false>(yr, cols, t, G, row_ms.m, log2_s, row);
     row.stored(yr);
+  }
+};
+
+// What a thread of a warp or block row holds: floats (one exp per element), or, where the strategy
+// table asks for it (RAW), a 16-bit row's raw bits: twice the bytes in the same registers, so twice
+// the loads in flight for an SM's register file, for a second exp per element (RowBits). fp32 rows
+// have no raw form.
+template <class T, int VECS, bool ALIGNED, bool RAW> struct PartOf { using type = RowPart<T, VECS, ALIGNED>; };
+template <class T, int VECS, bool ALIGNED> struct PartOf<T, VECS, ALIGNED, true> {
+  using type = RowBits<T, VECS, ALIGNED>;
+  static_assert(Vec<T>::N == 8, "raw rows are 16-bit rows");
+};
+
+__device__ __forceinline__ MS as_ms(MS st) { return st; }
+__device__ __forceinline__ MS as_ms(MSX st) { return MS{st.m, st.s}; }
+
+// Butterfly over the GROUP lanes that share a row (xor offsets below GROUP stay inside it).
+template <int GROUP, class State>
+__device__ __forceinline__ State group_combine(State st) {
+#pragma unroll
+  for (int offset = GROUP / 2; offset > 0; offset /= 2) st = combine(st, shfl_xor(st, offset));
+  return st;
+}
+
+// Each strategy below is a __device__ body, templated on the row operation, and one kernel per
+// operation (at the end of the file) that passes its arguments in.
+
+// Short rows: GROUP lanes (a power of two, at most 32) per row, ROWS rows per thread, so each
+// thread has ROWS * VECS 16-byte loads in flight before its first reduction. No barrier at all.
+// Blocks of A07_FAST_WARP_THREADS (course_constants.h): two warps, enough for many resident blocks
+// per SM without the barrier-free groups idling; one warp per block leaves too few warps per SM.
+template <class T, int VECS, int GROUP, int ROWS, bool ALIGNED, bool RAW, class Op>
+__device__ __forceinline__ void warp_rows(const T* __restrict__ x, T* __restrict__ y, int rows, int cols, const Op& op) {
+  const int groups_per_block = blockDim.x / GROUP;
+  const int t = threadIdx.x % GROUP;
+  const long long first = (long long)blockIdx.x * groups_per_block * ROWS + threadIdx.x / GROUP;
+  typename PartOf<T, VECS, ALIGNED, RAW>::type part[ROWS];
+  typename Op::Row ro[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const long long row = first + (long long)r * groups_per_block;
+    if (row < rows) {
+      ro[r] = op.row(int(row), cols);
+      part[r].load(x + row * cols, cols, t, GROUP, ro[r]);
+    } else {
+      part[r].load(x, 0, t, GROUP, ro[r]);  // no elements: all -inf, no memory touched
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const long long row = first + (long long)r * groups_per_block;
+    const auto mine = part[r].stats(ro[r], t, GROUP);
+    const auto total = group_combine<GROUP>(mine);  // every lane of the warp takes part
+    if (row < rows) {
+      ro[r].reduced(total, t == 0);
+      if constexpr (Op::Row::WRITES) part[r].store(y + row * cols, cols, t, GROUP, mine.m, as_ms(total), ro[r]);
+    }
+  }
+}
+
+// Medium rows: one block per row; blockDim.x * VECS vectors cover the row. MAX_THREADS (the
+// launch bound, >= blockDim.x) tells the compiler how many registers a thread may use: 64 at 1024
+// threads, 128 at 512, so a thread can hold 64 floats of its row only in smaller blocks.
+template <class T, int VECS, bool ALIGNED, bool RAW, class Op>
+__device__ __forceinline__ void block_row(const T* __restrict__ x, T* __restrict__ y, int cols, const Op& op) {
+  const long long row = blockIdx.x;
+  auto ro = op.row(int(row), cols);
+  typename PartOf<T, VECS, ALIGNED, RAW>::type part;
+  part.load(x + row * cols, cols, threadIdx.x, blockDim.x, ro);
+  const auto mine = part.stats(ro, threadIdx.x, blockDim.x);
+  const auto total = block_reduce(mine);
+  ro.reduced(total, threadIdx.x == 0);
+  if constexpr (Op::Row::WRITES) part.store(y + row * cols, cols, threadIdx.x, blockDim.x, mine.m, as_ms(total), ro);
+}
+
+#if A07_HAS_CLUSTERS
+// The row's (M, S) from every block's (m, s), through distributed shared memory, without a cluster
+// barrier: each block posts a 16-byte message (m, s, the next row claimed, unused) into slot [its
+// rank] of every block's inbox (st.async), and each block's mbarrier completes once all CLUSTER
+// messages have landed. Every warp then merges the pairs with the same combine() (lane l reads
+// pair l % CLUSTER, a butterfly over CLUSTER lanes). The unused slot carries MSX's third field. Two inboxes alternate between rows: a block
+// can post row i + 2 only after every block has posted row i + 1, which each does only after
+// reading its inbox for row i.
+template <int CLUSTER, class State>
+struct Mailbox {
+  float4 msg[2][CLUSTER];
+  unsigned long long full[2];
+  int claimed[2];  // block 0's thread 0 parks the row it claimed here for its senders (the same
+                   // alternation keeps it from being overwritten before they have read it)
+
+  __device__ __forceinline__ void init() {
+    if (threadIdx.x == 0) mbar_init(&full[0], 1), mbar_init(&full[1], 1);
+  }
+  // Call from every thread of the block, for the block's i-th row, with the block's (m, s), after
+  // a block barrier that follows the claim (block_combine() has two). Returns the row's (M, S);
+  // `claim` becomes the row block 0 claimed.
+  __device__ __forceinline__ State exchange(State block_state, int i, int& claim) {
+    const int box = i & 1;
+    if (threadIdx.x == 0) mbar_expect(&full[box], CLUSTER * sizeof(float4));
+    if (threadIdx.x < CLUSTER)
+      cluster_send_float4(&msg[box][cluster_rank()], &full[box], threadIdx.x,
+                          make_float4(block_state.m, block_state.s, __int_as_float(claimed[box]), sum_of(block_state)));
+    mbar_wait(&full[box], (i >> 1) & 1);
+    const float4 p = msg[box][threadIdx.x % warpSize % CLUSTER];
+    claim = __float_as_int(msg[box][0].z);
+    return group_combine<CLUSTER>(make_state<State>(p.x, p.y, p.w));
   }
 };
 
@@ -872,7 +941,8 @@ __device__ __forceinline__ void twopass_row(const T* __restrict__ x, T* __restri
 #define A07_SCALE_MASK_PARAMS                                                                          \
   (, float scale, int heads, int q_len, int causal, int window, const int* __restrict__ valid_len,      \
    const T* __restrict__ mask, long long mask_sb, long long mask_sh, long long mask_sq)
-#define A07_SCALE_MASK_OP (ScaleMaskOp<T>{scale, heads, q_len, causal, window, valid_len, mask, mask_sb, mask_sh, mask_sq})
+#define A07_SCALE_MASK_OP(MASKED) \
+  (ScaleMaskOp<T, MASKED>{scale, heads, q_len, causal, window, valid_len, mask, mask_sb, mask_sh, mask_sq})
 #define A07_CROSS_ENTROPY_PARAMS                                                                       \
   (, const long long* __restrict__ target, float* __restrict__ loss, const float* __restrict__ grad_scale, \
    long long ignore_index, float label_smoothing, float z_loss)
@@ -886,22 +956,32 @@ __device__ __forceinline__ void twopass_row(const T* __restrict__ x, T* __restri
 #ifndef A07_BLOCK_MIN_THREADS
 #define A07_BLOCK_MIN_THREADS 0
 #endif
+// Raw 16-bit rows (RAW) hold their bytes in half the registers, but the compiler, left free, keeps
+// the unpacked floats across the passes and uses as many as the float rows do. Their launch bound
+// promises A07_RAW_MIN_THREADS threads an SM (64 registers): spill-free (NVRTC's report, held by
+// tests/test_fast.py) for the span op, whose mask tensor is compiled out (ScaleMaskRow<T, false>).
+#ifndef A07_RAW_MIN_THREADS
+#define A07_RAW_MIN_THREADS 1024
+#endif
 #if A07_HIP_BUILD
 #define A07_BLOCK_MIN_BLOCKS(T, VECS, MAX_THREADS) 0
+#define A07_RAW_MIN_BLOCKS(MAX_THREADS) 0
 #else
 #define A07_BLOCK_MIN_BLOCKS(T, VECS, MAX_THREADS) (sizeof(T) == 2 && (VECS) <= 2 ? A07_BLOCK_MIN_THREADS / (MAX_THREADS) : 0)
+#define A07_RAW_MIN_BLOCKS(MAX_THREADS) (A07_RAW_MIN_THREADS / (MAX_THREADS) > 1 ? A07_RAW_MIN_THREADS / (MAX_THREADS) : 0)
 #endif
+// RAW (PartOf): a 16-bit row held as raw bits; named only where true (fast.plan()).
 #define A07_WARP_KERNEL(NAME, PARAMS, OP)                                                              \
-  template <class T, int VECS, int GROUP, int ROWS, bool ALIGNED>                                      \
+  template <class T, int VECS, int GROUP, int ROWS, bool ALIGNED, bool RAW = false>                    \
   __global__ void __launch_bounds__(A07_FAST_WARP_THREADS)                                             \
       NAME(const T* __restrict__ x, T* __restrict__ y, int rows, int cols A07_UNPAREN PARAMS) {        \
-    warp_rows<T, VECS, GROUP, ROWS, ALIGNED>(x, y, rows, cols, OP);                                    \
+    warp_rows<T, VECS, GROUP, ROWS, ALIGNED, RAW>(x, y, rows, cols, OP);                               \
   }
 #define A07_BLOCK_KERNEL(NAME, PARAMS, OP)                                                             \
-  template <class T, int VECS, int MAX_THREADS, bool ALIGNED>                                          \
-  __global__ void __launch_bounds__(MAX_THREADS, A07_BLOCK_MIN_BLOCKS(T, VECS, MAX_THREADS))               \
+  template <class T, int VECS, int MAX_THREADS, bool ALIGNED, bool RAW = false>                        \
+  __global__ void __launch_bounds__(MAX_THREADS, RAW ? A07_RAW_MIN_BLOCKS(MAX_THREADS) : A07_BLOCK_MIN_BLOCKS(T, VECS, MAX_THREADS)) \
       NAME(const T* __restrict__ x, T* __restrict__ y, int rows, int cols A07_UNPAREN PARAMS) {        \
-    block_row<T, VECS, ALIGNED>(x, y, cols, OP);                                                       \
+    block_row<T, VECS, ALIGNED, RAW>(x, y, cols, OP);                                                  \
   }
 #define A07_TWOPASS_KERNEL(NAME, PARAMS, OP)                                                           \
   template <class T, int VECS, bool ALIGNED>                                                           \
@@ -929,7 +1009,9 @@ __device__ __forceinline__ void twopass_row(const T* __restrict__ x, T* __restri
   A07_TWOPASS_KERNEL(PREFIX##_2pass, PARAMS, OP)
 
 A07_ROW_KERNELS(softmax_fast, (), SoftmaxOp{})
-A07_ROW_KERNELS(scale_mask_softmax_fast, A07_SCALE_MASK_PARAMS, A07_SCALE_MASK_OP)
+A07_ROW_KERNELS(scale_mask_softmax_fast, A07_SCALE_MASK_PARAMS, A07_SCALE_MASK_OP(true))
+// the same with the mask from indices alone (causal, window, valid length): no additive mask tensor
+A07_ROW_KERNELS(scale_span_softmax_fast, A07_SCALE_MASK_PARAMS, A07_SCALE_MASK_OP(false))
 // scale_mask_softmax with nothing masked and a positive scale
 A07_ROW_KERNELS(scaled_softmax_fast, (, float scale), (ScaledOp{scale}))
 A07_ROW_KERNELS(cross_entropy_fast, A07_CROSS_ENTROPY_PARAMS, A07_CROSS_ENTROPY_OP(true))

@@ -198,7 +198,8 @@ def test_hip_twin_compiles_for_gfx90a(tmp_path):
     kernels = [k for k in fast.instances() if "cluster" not in k]
     ce = ", const long long*, float*, const float*, long long, float, float"
     sm = ", float, int, int, int, int, const int*, const T*, long long, long long, long long"
-    extra = {"softmax_fast": "", "scale_mask_softmax_fast": sm, "scaled_softmax_fast": ", float",
+    extra = {"softmax_fast": "", "scale_mask_softmax_fast": sm, "scale_span_softmax_fast": sm,
+             "scaled_softmax_fast": ", float",
              "cross_entropy_fast": ce, "cross_entropy_loss_fast": ce}
     assert set(extra) == set(fast.OPS.values())
     unit = tmp_path / "instances.cpp"

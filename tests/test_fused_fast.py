@@ -102,6 +102,46 @@ def test_scale_mask_softmax_every_sign_of_scale(rng, dtype, cols, scale):
            f"scale {scale}, no mask, {cols} columns, {dtype}")
 
 
+RAW = [  # 16-bit rows of the span op kept as raw bits (fast.BlockTier.raw): the table and forced shapes
+    ("table", {}, (40, 256, 5000)), ("raw block of 8 vectors", {"strategy": "block", "vecs": 8, "raw": 1}, (40, 256, 5000)),
+    ("raw block of 4 vectors", {"strategy": "block", "vecs": 4, "raw": 1}, (256, 5000)),
+    ("raw warp", {"strategy": "warp", "raw": 1}, (40, 256))]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("how,override,lengths", RAW, ids=[r[0] for r in RAW])
+def test_raw_16bit_rows_match_float64_on_the_cpu(rng, dtype, how, override, lengths):
+    """16-bit rows held as raw bits (two exps an element; vectors the span hides are neither read
+    nor exponentiated): every mask kind, fully masked and one-key rows, NaN in the hidden columns
+    (never read), and a NaN or a +inf in a visible column, which makes the whole row NaN, hidden
+    columns included (docs/contract.md)."""
+    q_len, rows = 6, 18
+    for cols in lengths:
+        p = fast.plan(cols, dtype, rows, clusters=0, op="scale_span_softmax", **override)
+        if override:
+            assert p.kernel.endswith(", true>") and p.kernel.count("true") == 2, p.kernel
+        for name, causal, window, padded in MASKS[:4]:
+            x = rng.normal(0, 6, size=(rows, cols))
+            vl = rng.integers(0, cols + 1, size=rows).astype(np.int32) if padded else None
+            if padded:
+                vl[1], vl[2] = 0, 1
+            keep = _visible(rows, cols, q_len, causal, window, vl)
+            x = np.where(keep, x, np.nan)
+            x[7, np.flatnonzero(keep[7])[-1]] = np.nan     # visible: the row is NaN, hidden columns too
+            x[13, np.flatnonzero(keep[13])[0]] = np.inf    # visible +inf: inf - inf, NaN as torch's
+            got = fast.scale_mask_softmax_on_cpu(x, 0.3, dtype, causal=causal, window=window, valid_len=vl,
+                                                 q_len=q_len, **override)
+            where = f"{how}, {name}, {cols} columns, {dtype} ({p.kernel})"
+            for r in (7, 13):
+                assert np.isnan(got[r]).all(), f"{where}: row {r} has a {'NaN' if r == 7 else '+inf'} score, " \
+                    f"so every column must be NaN; {np.count_nonzero(~np.isnan(got[r]))} are not (hidden columns written 0?)"
+            ok = np.ones(rows, bool)
+            ok[[7, 13]] = False
+            _check(got[ok], _expected(_rounded(x, dtype), 0.3, keep)[ok], dtype, where)
+            if padded:
+                assert not got[1].any(), f"{where}: a row with no visible key must be zeros"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_scale_mask_softmax_over_the_whole_finite_range(rng, dtype):
     """Scores up to the dtype's largest magnitude, scaled by 1: the exp must not overflow anywhere,

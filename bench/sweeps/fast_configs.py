@@ -57,14 +57,23 @@ CLAIMS = {
     "causal-block-tiers": ("causal scale-mask rows in blocks (square scores, each row read up to its diagonal): the "
                            "table's fewer threads with more vectors each, against the softmax's block tiers",
                            [("float32", [512, 1024, 4096, 8192], ["", "strategy=block vecs=2"], "scale_mask_causal"),
-                            ("bfloat16", [2048, 4096, 8192], ["", "strategy=block vecs=2", "strategy=block vecs=4"],
-                             "scale_mask_causal"),
-                            ("bfloat16", [16384], ["", "strategy=block vecs=8 threads=256"], "scale_mask_causal")]),
+                            ("bfloat16", [2048, 4096], ["", "strategy=block vecs=2 raw=0", "strategy=block vecs=4 raw=0"],
+                             "scale_mask_causal")]),
+    "causal-raw-rows": ("causal 16-bit rows (the span kernels): 4 vectors a lane for short rows against the softmax's "
+                        "2; raw bits (8 vectors in 32 registers, 1024 threads an SM) against floats, by row length",
+                        [("bfloat16", [512], ["", "strategy=warp vecs=2 group=32"], "scale_mask_causal"),
+                         ("bfloat16", [2048, 4096], ["", "raw=1"], "scale_mask_causal"),
+                         ("bfloat16", [8192], ["", "raw=0"], "scale_mask_causal"),
+                         ("bfloat16", [16384], ["", "raw=0", "raw=0 strategy=block vecs=4 threads=512"], "scale_mask_causal")]),
+    "skip-hidden": ("causal rows: the vectors a mask hides skip their exps (16-bit aligned rows), against computing "
+                    "them (exp(-inf) = 0) as before",
+                    [("bfloat16", [1024, 2048, 4096], ["", "-DA07_SKIP_HIDDEN=0"], "scale_mask_causal")]),
 }
 SCALE = 0.08838834764831843  # 1 / sqrt(128), the scale of bench/scale_mask.py
 # a sweep's op -> the fast.plan() op it launches: an unmasked scale_mask_softmax with a positive
-# scale runs the scaled kernel (fast.scale_mask_softmax); a causal one the masked kernel
-PLAN_OP = {"softmax": "softmax", "scale_mask": "scaled_softmax", "scale_mask_causal": "scale_mask_softmax"}
+# scale runs the scaled kernel (fast.scale_mask_softmax); a causal one, with no mask tensor, the
+# span kernel
+PLAN_OP = {"softmax": "softmax", "scale_mask": "scaled_softmax", "scale_mask_causal": "scale_span_softmax"}
 
 
 def parse_config(text: str):
