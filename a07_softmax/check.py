@@ -193,6 +193,7 @@ def diagnose_mask_variant(got, x, q, lens, causal: bool, padded: bool) -> str | 
 
     got, x = np.asarray(got, dtype=np.float64), np.asarray(x, dtype=np.float64)
     c = np.arange(x.shape[1])[None, :]
+    row = np.arange(x.shape[0])[:, None]
     q, lens = np.asarray(q)[:, None], np.asarray(lens)[:, None]
 
     def softmax_keeping(keep, masked=-np.inf):
@@ -205,8 +206,13 @@ def diagnose_mask_variant(got, x, q, lens, causal: bool, padded: bool) -> str | 
     cau = (c <= q) if causal else True
     signatures = []
     if padded:
-        signatures.append((softmax_keeping(cau & (c <= lens)),
-                           "the padding mask is off by one: keys 0 .. len - 1 are valid, key len is padding (mask c >= len)"))
+        off_by_one = "the padding mask is off by one: keys 0 .. len - 1 are valid, key len is padding (mask c >= len)"
+        signatures.append((softmax_keeping(cau & (c <= lens)), off_by_one))      # key len kept
+        signatures.append((softmax_keeping(cau & (c < lens - 1)), off_by_one))   # key len - 1 masked
+    if causal and (q != row).any():   # rows past the first q_len: only there do row and q differ
+        signatures.append((softmax_keeping(pad & (c <= row)),
+                           "the causal mask compared the key with the row index: a row's query position is "
+                           "q = row % q_len (the rows hold batch x heads x queries), so mask c > q"))
     if causal:
         signatures.append((softmax_keeping(pad & (c >= q)),
                            "the causal mask is reversed: query q sees keys 0 .. q (mask c > q), not keys q and after"))
@@ -222,9 +228,30 @@ def diagnose_mask_variant(got, x, q, lens, causal: bool, padded: bool) -> str | 
 def _one_or_all(matches: list) -> str | None:
     """The mistake an output matches; where an input is too small to tell several apart (a row
     shorter than the block, one column), each of them, said so."""
+    matches = list(dict.fromkeys(matches))   # two signatures may name one mistake
     if len(matches) <= 1:
         return matches[0] if matches else None
     return "this input cannot tell apart: " + "; or ".join(matches)
+
+
+def diagnose_nan_under_mask(got, x, visible) -> str | None:
+    """Exercise 02 with NaN scores (docs/contract.md): a NaN that a row sees makes every output of
+    the row NaN; a NaN where the row is masked is replaced by -inf with the rest and changes nothing."""
+    got, x = np.asarray(got, dtype=np.float64), np.asarray(x, dtype=np.float64)
+    nan = np.isnan(x)
+    seen = (nan & visible).any(axis=1)
+    for r in np.flatnonzero(seen):
+        if not np.isnan(got[r]).all():
+            j = int(np.flatnonzero(nan[r] & visible[r])[0])
+            return (f"row {r} sees a NaN (col {j} is not masked), so every output of the row must be NaN (a NaN is "
+                    "never hidden, docs/contract.md), and some of yours are numbers: a test on the output (out != out, "
+                    "isnan) hides it; tell the fully-masked row by its state (st.m == -inf) instead")
+    for r in np.flatnonzero(~seen & nan.any(axis=1)):
+        if np.isnan(got[r]).any():
+            j = int(np.flatnonzero(nan[r])[0])
+            return (f"row {r} holds a NaN only where it is masked (col {j}), yet came out NaN: a masked score is "
+                    "replaced by -inf (v = -inf) whatever it held, not added to (NaN + -inf is NaN)")
+    return None
 
 
 def diagnose_mask(got, ref) -> str | None:
@@ -715,6 +742,34 @@ def cases_cuda(number: str, rng, hidden: bool):
                               lambda: diagnose_mask_variant(got, hx, np.arange(len(hx)) % seq, lens, causal, padded)
                               or diagnose_mask(got, ref)),
                           {f"x{k}": hx, f"n{k}": lens}, hidden=k >= 6))
+    # NaN scores (docs/contract.md): a mask from indices replaces what a masked position holds, so a
+    # NaN there (padding memory may hold anything) changes nothing; a NaN a row sees makes it NaN.
+    # Rows past the first q_len, a fully-masked row holding NaN, and NaN both above the diagonal and
+    # in the padding.
+    seq, rows = 33, 99
+    hx = rng.normal(0, 10, size=(rows, seq)).astype(np.float32)
+    lens = rng.integers(1, seq + 1, size=rows).astype(np.int32)
+    lens[1] = 0
+    lens[[4, 40]] = seq
+    visible = (np.arange(seq)[None, :] <= (np.arange(rows) % seq)[:, None]) & (np.arange(seq)[None, :] < lens[:, None])
+    for r in range(1, rows, 3):   # a NaN under the mask wherever the row has a masked key
+        hidden_cols = np.flatnonzero(~visible[r])
+        if hidden_cols.size:
+            hx[r, hidden_cols[rng.integers(hidden_cols.size)]] = np.nan
+    hx[4, 2] = hx[40, 7] = np.nan   # seen: row 4 is query 4, row 40 query 7, every key valid
+    ref = R.softmax(np.where(visible, hx, -np.inf))
+    cases.append(Case(f"causal + padding, {rows} x {seq}, NaN scores: a row that sees one is NaN, one under the mask "
+                      "is ignored",
+                      {"kernel": "masked_softmax", "grid": [rows], "block": [BLOCK],
+                       "args": [_arr("xnan", **{"as": "cupy"}), {"out": [rows, seq]}, {"int32": rows}, {"int32": seq},
+                                {"int32": seq}, {"int32": 1}, _arr("nnan", **{"as": "cupy"}), {"int32": 1}],
+                       "out_index": 1},
+                      lambda got, ref=ref, hx=hx, lens=lens, visible=visible: _with_hint(
+                          mismatch(got, ref),
+                          lambda: diagnose_nan_under_mask(got, hx, visible)
+                          or diagnose_mask_variant(got, hx, np.arange(rows) % seq, lens, True, True)
+                          or diagnose_mask(got, ref)),
+                      {"xnan": hx, "nnan": lens}))
     return cases
 
 

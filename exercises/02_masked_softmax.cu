@@ -4,6 +4,8 @@
 //   causal && col > row % q_len       (no looking ahead)
 //   use_valid_len && col >= valid_len[row]   (padding; a valid length of 0 masks the whole row)
 // The statistics use the online (m, s) state and combine() from common/online_softmax.h.
+// A masked score is replaced by -inf, whatever it held: padding memory may hold anything, NaN
+// included, and it must change nothing. A NaN that the row does see makes the whole row NaN.
 //
 // Then the trap: a fully-masked row. Its state stays (-inf, 0) and exp(x - m) = exp(-inf - -inf)
 // is NaN. The course's contract is that such a row comes out as zeros.

@@ -335,6 +335,17 @@ WRONG = {
         "padding mask off by one": (_edit("02", "c >= len", "c > len"), "the padding mask is off by one"),
         "masked scores set to 0": (_edit("02", "v = A07_NEG_INF;", "v = 0.0f;"), "masked scores were set to 0"),
         "causal mask reversed": (_edit("02", "c > q", "q > c"), "the causal mask is reversed"),
+        "causal mask by the row index": (_edit("02", "c > q", "c > row"), "compared the key with the row index"),
+        "padding mask one key too many": (_edit("02", "c >= len", "c >= len - 1"), "the padding mask is off by one"),
+        "NaN scrubbed from the outputs": (_edit("02", "if (st.m == A07_NEG_INF) out = 0.0f;",
+                                                "if (out != out) out = 0.0f;"), "a NaN is never hidden"),
+        "isnan beside the right guard": (_edit("02", "if (st.m == A07_NEG_INF) out = 0.0f;",
+                                               "if (st.m == A07_NEG_INF || isnan(out)) out = 0.0f;"),
+                                         "a NaN is never hidden"),
+        "NaN scores left out of the statistics": (_edit("02", "ms_of(v)", "ms_of(v != v ? A07_NEG_INF : v)"),
+                                                  "a NaN is never hidden"),
+        "the mask added to the score": (_edit("02", "v = A07_NEG_INF;", "v += A07_NEG_INF;"),
+                                        "replaced by -inf (v = -inf) whatever it held, not added to"),
     },
 }
 CASES = [(n, name) for n, wrongs in WRONG.items() for name in wrongs]
