@@ -234,18 +234,22 @@ def _one_or_all(matches: list) -> str | None:
     return "this input cannot tell apart: " + "; or ".join(matches)
 
 
-def diagnose_nan_under_mask(got, x, visible) -> str | None:
-    """Exercise 02 with NaN scores (docs/contract.md): a NaN that a row sees makes every output of
-    the row NaN; a NaN where the row is masked is replaced by -inf with the rest and changes nothing."""
+def diagnose_nan_under_mask(got, x, visible=None) -> str | None:
+    """NaN scores (docs/contract.md): a NaN that a row sees makes every output of the row NaN; a NaN
+    where the row is masked (visible False) is replaced by -inf with the rest and changes nothing.
+    `got` has x's rows (any width: a loss is one column)."""
     got, x = np.asarray(got, dtype=np.float64), np.asarray(x, dtype=np.float64)
+    got = got.reshape(len(x), -1)
     nan = np.isnan(x)
+    visible = np.ones(x.shape, dtype=bool) if visible is None else visible
     seen = (nan & visible).any(axis=1)
     for r in np.flatnonzero(seen):
         if not np.isnan(got[r]).all():
             j = int(np.flatnonzero(nan[r] & visible[r])[0])
-            return (f"row {r} sees a NaN (col {j} is not masked), so every output of the row must be NaN (a NaN is "
-                    "never hidden, docs/contract.md), and some of yours are numbers: a test on the output (out != out, "
-                    "isnan) hides it; tell the fully-masked row by its state (st.m == -inf) instead")
+            return (f"row {r} reads a NaN (col {j}{', not masked' if not visible.all() else ''}), so every output "
+                    "of the row must be NaN (a NaN is never hidden, docs/contract.md), and some of yours are numbers: "
+                    "a test on the output (y != y, isnan) or a max that drops NaN hides it; tell a fully-masked row "
+                    "by its max (m == -inf) instead")
     for r in np.flatnonzero(~seen & nan.any(axis=1)):
         if np.isnan(got[r]).any():
             j = int(np.flatnonzero(nan[r])[0])
@@ -289,6 +293,7 @@ def ce_grad_mismatch(got, ref) -> str | None:
         return f"output shape {got.shape}, expected {ref.shape}"
     err = np.abs(got - ref)
     err[~np.isfinite(got)] = np.inf
+    err[np.isnan(got) & np.isnan(ref)] = 0.0   # a row that reads a NaN logit is NaN (docs/contract.md)
     if err.max() <= 1e-5:
         return None
     i, j = (int(v) for v in np.unravel_index(np.argmax(err), err.shape))
@@ -595,6 +600,20 @@ def cases_05(rng, hidden: bool):
     out.append(("no mask, 5 x 77, scale 0.5", "scale_mask_softmax", {"k2": hx},
                 [_arr("k2", **{"as": "torch"}), 0.5, {"kw": {"causal": False}}],
                 lambda got, hx=hx: mismatch(got, R.softmax(hx.astype(np.float64) * 0.5))))
+    # NaN scores (docs/contract.md): the causal mask replaces what lies above the diagonal, NaN
+    # included; a NaN a row sees makes the row NaN
+    seq = 40
+    hx = rng.uniform(-20, 20, size=(seq, seq)).astype(np.float32)
+    visible = np.arange(seq)[None, :] <= np.arange(seq)[:, None]
+    for r in range(0, seq - 1, 2):
+        hx[r, rng.integers(r + 1, seq)] = np.nan
+    hx[9, 3] = hx[30, 30] = np.nan
+    ref = R.softmax(np.where(visible, hx.astype(np.float64) * 0.5, -np.inf))
+    out.append(("causal, 40 x 40, NaN scores: a row that reads one is NaN, one above the diagonal is ignored",
+                "scale_mask_softmax", {"kn": hx}, [_arr("kn", **{"as": "torch"}), 0.5,
+                                                  {"kw": {"causal": True, "q_len": seq}}],
+                lambda got, ref=ref, hx=hx, visible=visible: _with_hint(
+                    mismatch(got, ref), lambda: diagnose_nan_under_mask(got, hx, visible))))
     if hidden:
         seq = int(rng.integers(70, 200))
         causal(seq, float(rng.uniform(0.1, 2)), -60, 120, f"hidden causal {seq} x {seq}, wide logits")
@@ -636,8 +655,17 @@ def cases_06(rng, hidden: bool):
     lsm(5, 77, -30, 30, "log_softmax, 5 x 77, row 1 fully masked (-inf everywhere)")
     lsm(3, 1000, 60, 100, "log_softmax of logits 60-100 (exp overflows fp32 without the max)")
     lsm(3, 3, -300, -200, "log_softmax of logits below -200 (log(0) without the max)")
+    hx = rng.uniform(-30, 30, size=(4, 90)).astype(np.float32)
+    hx[2, 17] = np.nan                                   # a NaN logit: its row is NaN (docs/contract.md)
+    ref = R.log_softmax(hx)
+    items.append(("log_softmax, 4 x 90, row 2 holds a NaN (its row must come out NaN)", "log_softmax", {"ln": hx},
+                  [_arr("ln", **{"as": "torch"})],
+                  lambda got, ref=ref, hx=hx: _with_hint(mismatch(got, ref, log=True),
+                                                         lambda: diagnose_nan_under_mask(got, hx)
+                                                         or diagnose_log_softmax(got, hx))))
 
-    def ce(rows, vocab, name, big=None, ignore=(), masked_ignored=False, what="both", low=False, ignore_index=-100):
+    def ce(rows, vocab, name, big=None, ignore=(), masked_ignored=False, what="both", low=False, ignore_index=-100,
+           nan_rows=()):
         hx = (rng.uniform(-30, -20, size=(rows, vocab)) if low else rng.normal(0, 8, size=(rows, vocab))).astype(np.float32)
         t = rng.integers(0, vocab, size=rows)
         t[0], t[-1] = 0, vocab - 1          # targets at both ends of the vocabulary
@@ -650,6 +678,10 @@ def cases_06(rng, hidden: bool):
             t[r] = ignore_index
         if masked_ignored:  # a padding row: every logit -inf, target ignored (must give 0, not NaN)
             hx[ignore[0]] = -np.inf
+        for r in nan_rows:  # a NaN logit: NaN loss and gradient for its row, 0 and 0 where the row is ignored
+            hx[r, (t[r] + 1) % vocab] = np.nan
+        # the NaN a non-ignored row reads; an ignored row's NaN is never read into its loss or gradient
+        nan_seen = np.where((t != ignore_index)[:, None], hx, 0.0)
         ref_loss, ref_grad = ce_reference(hx, t, ignore_index)
         k = len(items)
         args = [_arr(f"c{k}", **{"as": "torch"}), _arr(f"t{k}", **{"as": "torch"})]
@@ -670,11 +702,13 @@ def cases_06(rng, hidden: bool):
                           lambda got, ref=ref_loss, t=t, hx=hx, hint=ignored_only: _with_hint(
                               # one loss per row, judged as a column so that a mismatch names its row
                               mismatch(np.asarray(got).reshape(-1, 1), ref[:, None], log=True),
-                              lambda: hint(got, ref, lambda: diagnose_ce_loss(got, hx, t)))))
+                              lambda: hint(got, ref, lambda: diagnose_nan_under_mask(got, nan_seen)
+                                           or diagnose_ce_loss(got, hx, t)))))
         if what in ("both", "grad"):
             items.append((f"{name}: the gradient", "cross_entropy_grad", {f"c{k}": hx, f"t{k}": t}, args,
                           lambda got, ref=ref_grad, t=t, hx=hx, hint=ignored_only: _with_hint(
-                              ce_grad_mismatch(got, ref), lambda: hint(got, ref, lambda: diagnose_ce_grad(got, hx, t)))))
+                              ce_grad_mismatch(got, ref), lambda: hint(got, ref, lambda: diagnose_nan_under_mask(
+                                  got, nan_seen) or diagnose_ce_grad(got, hx, t)))))
 
     ce(16, 1000, "16 x 1000, targets at both ends, one logit of 95", big=95.0)
     ce(6, 77, "6 x 77 (not a power of two), rows 2 and 4 ignored (target -100)", ignore=(2, 4))
@@ -685,6 +719,8 @@ def cases_06(rng, hidden: bool):
        ignore=(1, 4), ignore_index=3)
     ce(8, 300, "8 x 300, row 3 holds a logit of 150 (its target's probability underflows float32)", big=150.0,
        what="loss")
+    ce(6, 60, "6 x 60, NaN logits in rows 2 and 4, row 4 ignored (row 2 must come out NaN, row 4 as 0)", ignore=(4,),
+       nan_rows=(2, 4))
     if hidden:
         ce(int(rng.integers(5, 20)), int(rng.integers(100, 3000)), "hidden, random shape, one row ignored", big=120.0,
            ignore=(2,))

@@ -1,12 +1,13 @@
 """Exercise 06 (stretch): log_softmax, then cross-entropy with its gradient, fused, in Triton.
 
 Part 1. log_softmax(x) = (x - m) - log(s), one read and one write; a fully-masked row (all -inf)
-gives -inf everywhere.
+gives -inf everywhere, and a row holding a NaN gives NaN everywhere (a NaN is never hidden).
 
 Part 2. One kernel reads each row of logits once and writes both
   loss[r] = logsumexp(x[r]) - x[r, t[r]]                    (float32)
   grad[r] = softmax(x[r]) - onehot(t[r])                    (d sum(loss) / d x)
-A row whose target is ignore_index has loss 0 and gradient 0. `cross_entropy` and
+A row whose target is ignore_index has loss 0 and gradient 0; any other row holding a NaN logit has
+a NaN loss and a NaN gradient. `cross_entropy` and
 `cross_entropy_grad` launch the same kernel and return one of its two outputs each. The row fits one
 block of BLOCK columns (the exercise keeps vocabularies small).
 

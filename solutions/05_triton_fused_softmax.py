@@ -3,7 +3,7 @@
 One program per row. Load the row (masked loads past n_cols, filled with -inf), multiply by `scale`,
 set the causal positions (col > row % q_len) to -inf when CAUSAL, then a max-subtracted softmax with
 float32 statistics, and store in the output's dtype. A row whose every score is masked must come out
-as zeros, not NaN. `make check EX=05` runs it on a GPU or, without one, in the Triton interpreter.
+as zeros, not NaN; a row that reads a NaN (one its mask does not hide) comes out NaN everywhere. `make check EX=05` runs it on a GPU or, without one, in the Triton interpreter.
 """
 import torch
 import triton
@@ -23,10 +23,10 @@ def scale_mask_softmax_kernel(out_ptr, in_ptr, n_cols, stride, scale, q_len,
         keep = keep & (cols <= row % q_len)
     x = tl.where(keep, x, -float("inf"))
     m = tl.max(x, axis=0)
-    m = tl.where(m == -float("inf"), 0.0, m)
-    e = tl.exp(x - m)
+    empty = m == -float("inf")           # the row's state says it is fully masked; a NaN sum must not
+    e = tl.exp(x - tl.where(empty, 0.0, m))
     s = tl.sum(e, axis=0)
-    y = e * tl.where(s > 0, 1.0 / s, 0.0)
+    y = tl.where(empty, 0.0, e / s)
     tl.store(out_ptr + row * stride + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
     ### END SOLUTION
 

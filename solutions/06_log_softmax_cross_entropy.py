@@ -1,12 +1,13 @@
 """Exercise 06 (stretch): log_softmax, then cross-entropy with its gradient, fused, in Triton.
 
 Part 1. log_softmax(x) = (x - m) - log(s), one read and one write; a fully-masked row (all -inf)
-gives -inf everywhere.
+gives -inf everywhere, and a row holding a NaN gives NaN everywhere (a NaN is never hidden).
 
 Part 2. One kernel reads each row of logits once and writes both
   loss[r] = logsumexp(x[r]) - x[r, t[r]]                    (float32)
   grad[r] = softmax(x[r]) - onehot(t[r])                    (d sum(loss) / d x)
-A row whose target is ignore_index has loss 0 and gradient 0. `cross_entropy` and
+A row whose target is ignore_index has loss 0 and gradient 0; any other row holding a NaN logit has
+a NaN loss and a NaN gradient. `cross_entropy` and
 `cross_entropy_grad` launch the same kernel and return one of its two outputs each. The row fits one
 block of BLOCK columns (the exercise keeps vocabularies small).
 
@@ -29,10 +30,10 @@ def log_softmax_kernel(out_ptr, in_ptr, n_cols, stride, BLOCK: tl.constexpr):
     ### BEGIN SOLUTION
     x = tl.load(in_ptr + row * stride + cols, mask=inside, other=-float("inf")).to(tl.float32)
     m = tl.max(x, axis=0)
-    m = tl.where(m == -float("inf"), 0.0, m)
-    z = x - m
+    empty = m == -float("inf")           # the row's state says it is fully masked; a NaN sum must not
+    z = x - tl.where(empty, 0.0, m)
     s = tl.sum(tl.exp(z), axis=0)
-    y = z - tl.where(s > 0, tl.log(s), 0.0)
+    y = tl.where(empty, -float("inf"), z - tl.log(s))
     tl.store(out_ptr + row * stride + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
     ### END SOLUTION
 
