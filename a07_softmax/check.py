@@ -754,6 +754,13 @@ def cases_cuda(number: str, rng, hidden: bool):
                                                                      lambda: diagnose_block_reduction(got, hx, BLOCK)),
                               {f"x{k}": hx}, hidden=k >= 6))
         return cases
+    def masked_call(x, lens, rows, seq, causal, padded):
+        """masked_softmax on the rows of array x, q_len = seq, lens as the valid lengths."""
+        return {"kernel": "masked_softmax", "grid": [min(rows, 1024)], "block": [BLOCK],
+                "args": [_arr(x, **{"as": "cupy"}), {"out": [rows, seq]}, {"int32": rows}, {"int32": seq},
+                         {"int32": seq}, {"int32": int(causal)}, _arr(lens, **{"as": "cupy"}), {"int32": int(padded)}],
+                "out_index": 1}
+
     seqs = [(1, True, True), (33, True, True), (257, True, True), (1024, True, True), (100, False, True),
             (64, True, False)]
     if hidden:
@@ -769,10 +776,7 @@ def cases_cuda(number: str, rng, hidden: bool):
         ref = R.scale_mask_softmax(hx, 1.0, mask)
         what = ("causal + padding" if causal and padded else "padding only" if padded else "causal only")
         name = f"{'hidden ' if k >= 6 else ''}{what}, {rows} x {seq}" + (", a fully-masked row gives zeros" if padded else "")
-        cases.append(Case(name, {"kernel": "masked_softmax", "grid": [min(rows, 1024)], "block": [BLOCK],
-                                 "args": [_arr(f"x{k}", **{"as": "cupy"}), {"out": [rows, seq]}, {"int32": rows},
-                                          {"int32": seq}, {"int32": seq}, {"int32": int(causal)},
-                                          _arr(f"n{k}", **{"as": "cupy"}), {"int32": int(padded)}], "out_index": 1},
+        cases.append(Case(name, masked_call(f"x{k}", f"n{k}", rows, seq, causal, padded),
                           lambda got, ref=ref, hx=hx, lens=lens, causal=causal, padded=padded, seq=seq: _with_hint(
                               mismatch(got, ref),
                               lambda: diagnose_mask_variant(got, hx, np.arange(len(hx)) % seq, lens, causal, padded)
@@ -796,10 +800,7 @@ def cases_cuda(number: str, rng, hidden: bool):
     ref = R.softmax(np.where(visible, hx, -np.inf))
     cases.append(Case(f"causal + padding, {rows} x {seq}, NaN scores: a row that sees one is NaN, one under the mask "
                       "is ignored",
-                      {"kernel": "masked_softmax", "grid": [rows], "block": [BLOCK],
-                       "args": [_arr("xnan", **{"as": "cupy"}), {"out": [rows, seq]}, {"int32": rows}, {"int32": seq},
-                                {"int32": seq}, {"int32": 1}, _arr("nnan", **{"as": "cupy"}), {"int32": 1}],
-                       "out_index": 1},
+                      masked_call("xnan", "nnan", rows, seq, True, True),
                       lambda got, ref=ref, hx=hx, lens=lens, visible=visible: _with_hint(
                           mismatch(got, ref),
                           lambda: diagnose_nan_under_mask(got, hx, visible)
