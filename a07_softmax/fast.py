@@ -68,11 +68,11 @@ class Strategies:
     block_tiers: tuple
     cluster_tiers: tuple
     twopass_vecs: int              # vectors a thread per step when the row is read twice
+    twopass_threads: int = TWOPASS_THREADS  # threads a block then (at most the kernel's bound, TWOPASS_THREADS)
     # misaligned rows of 8 or more vectors a thread are compiled for 1024 threads (the plain
     # softmax's 512-thread instance spilled); 0: for the threads they launch, like the others
     wide_misaligned_bound: int = 1024
     misaligned_cluster_threads: int = 1024  # the largest block of a misaligned cluster row
-    warp_raw: bool = False         # lanes of a warp keep a 16-bit row's raw bits (BlockTier.raw)
     warp_min_vecs: int = 2         # vectors a lane at least: fewer lanes a row, more rows a warp
     kernels: str = ""              # the op whose kernels run these rows, where not the op's own
 
@@ -155,11 +155,21 @@ OP_TABLES["scale_span_softmax"] = {
 OP_TABLES["scaled_softmax"] = {4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3]),
                                2: replace(OP_TABLES["scale_mask_softmax"][2], block_tiers=TABLE[2].block_tiers,
                                           wide_misaligned_bound=TABLE[2].wide_misaligned_bound)}
-# the loss alone (no store) schedules differently: its 16-vector tiers spilled at 5 blocks an SM,
-# and its fp32 block of 8 vectors a thread at 512 threads (rows of 8193 to 16384 go to a cluster)
-OP_TABLES["cross_entropy_loss"] = {4: replace(OP_TABLES["cross_entropy"][4], block_tiers=TABLE[4].block_tiers[:2]), 2: replace(
-    OP_TABLES["cross_entropy"][2], cluster_tiers=tuple(replace(c, min_blocks=4) if (c.vecs, c.max_threads, c.min_blocks) == (16, 128, 5)
-                                                       else c for c in OP_TABLES["cross_entropy"][2].cluster_tiers))}
+# The loss alone (no store) needs no row on chip: the two-pass kernel returns after its first pass,
+# so rows past the block tiers stream through it and are read once. Small blocks (fp32: 256 threads,
+# 2 vectors a thread a step; 16-bit: 128 threads, 4 vectors) keep many rows in flight, where the
+# cluster kernels holding a whole row left the SMs waiting on each row's reduction: on the H200 the
+# two-pass kernel ran faster than every cluster tier at each vocabulary of the benchmark, odd
+# lengths included (bench/sweeps/fast_configs.py --claim loss-tiers, results/nvidia-h200/sweeps.txt).
+# 16-bit rows of 8 vectors a thread step spilled at the kernel's 1024-thread bound. The fp32 block of
+# 8 vectors a thread at 512 threads spilled too (rows of 8193 to 16384 stream as well).
+OP_TABLES["cross_entropy_loss"] = {
+    4: replace(OP_TABLES["cross_entropy"][4], block_tiers=TABLE[4].block_tiers[:2], cluster_tiers=(),
+               twopass_vecs=2, twopass_threads=256),
+    2: replace(OP_TABLES["cross_entropy"][2], cluster_tiers=(), twopass_vecs=4, twopass_threads=128)}
+
+# Ops whose two-pass kernel stops after its first pass (nothing to write: Row::WRITES is false)
+ONE_READ = frozenset({"cross_entropy_loss"})
 
 # What a tuning experiment or a test may force; anything else is a typo and an error.
 OVERRIDES = frozenset({"strategy", "vecs", "group", "rows_per_thread", "cluster", "threads", "min_blocks", "raw"})
@@ -228,7 +238,7 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
         vecs = override.get("vecs", _pow2ceil(-(-rv // group)))
         rpt = override.get("rows_per_thread", 1)
         per_block = (WARP_THREADS // group) * rpt
-        raw = size == 2 and bool(override.get("raw", t.warp_raw))
+        raw = size == 2 and bool(override.get("raw", False))  # no tier keeps a warp's rows raw
         return Plan("warp", _instance("warp", ctype, (vecs, group, rpt), al, kop, raw), (vecs, group, rpt),
                     -(-rows // per_block), WARP_THREADS, per_block,
                     f"{rv} vectors per row: {group} lanes x {vecs} vectors" + (" (raw bits)" if raw else ""), WARP_THREADS)
@@ -253,7 +263,8 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     # 3. long rows: a cluster of blocks per row, (m, s) exchanged through distributed shared memory;
     #    as many clusters as fit at once, sharing the rows through a ticket counter
     if max_cluster >= 2 and want in (None, "cluster"):
-        tiers = list(t.cluster_tiers)
+        # an op with no cluster tiers of its own (the loss alone) is forced into the softmax's
+        tiers = list(t.cluster_tiers or (TABLE[size].cluster_tiers if want == "cluster" else ()))
         if al == "false":
             # a misaligned row is loaded element by element, which needs more registers than
             # several blocks per SM would leave, and more than 8 vectors' worth spills: the same
@@ -282,11 +293,11 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     if want in ("block", "cluster"):
         raise ValueError(f"no {want} configuration holds {cols} columns of {dtype} in registers")
     # 4. anything else: read the row twice
-    threads = override.get("threads", TWOPASS_THREADS)
+    threads = override.get("threads", t.twopass_threads)
     vecs = override.get("vecs", t.twopass_vecs)
-    return Plan("2pass", _instance("2pass", ctype, (vecs,), al, kop), (vecs,), rows, threads, 1,
-                "row too long to keep on chip" + ("" if max_cluster >= 2 else " without clusters") + ": two reads",
-                TWOPASS_THREADS)
+    why = "the loss alone keeps no row on chip: one read" if op in ONE_READ else \
+        "row too long to keep on chip" + ("" if max_cluster >= 2 else " without clusters") + ": two reads"
+    return Plan("2pass", _instance("2pass", ctype, (vecs,), al, kop), (vecs,), rows, threads, 1, why, TWOPASS_THREADS)
 
 
 def _bound(threads: int) -> int:

@@ -31,6 +31,10 @@
 #include <functional>
 #include <vector>
 
+// CUDA's math API declares isnan, isinf and isfinite in the global namespace (device code, a
+// learner's exercise included, calls them unqualified); <cmath> declares them in std only
+using std::isinf, std::isfinite, std::isnan;
+
 #define __CUDACC_RTC__ 1  // portability.h: the device-only path, no runtime headers
 #define A07_CPU_BUILD 1
 #define __global__

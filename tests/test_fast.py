@@ -93,6 +93,27 @@ def test_strategy_grows_with_the_row_and_takes_the_first_tier_that_holds_it(dtyp
     assert fast.plan(3000, dtype, warp_size=64).threads % 64 == 0 or fast.plan(3000, dtype).strategy == "warp"
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_the_loss_alone_streams_long_rows_once_and_the_gradient_keeps_them_on_chip(dtype):
+    """Vocabulary-sized rows: the loss alone (nothing to write, fast.ONE_READ) goes past its cluster
+    tiers to the two-pass kernel, which stops after its first pass, so it says one read, and its
+    blocks stay within the kernel's launch bound; the loss with its gradient must write the row
+    from the values it read, so an aligned row stays in a cluster's registers (read once) and is
+    never sent through two reads."""
+    for cols in (131072, 262144, 262147):
+        loss = fast.plan(cols, dtype, 4096, op="cross_entropy_loss")
+        assert loss.strategy == "2pass" and "one read" in loss.describe() and "two reads" not in loss.describe(), \
+            loss.describe()
+        assert 32 <= loss.threads <= loss.launch_bound and loss.threads % 32 == 0, loss.describe()
+        assert loss.threads == fast.OP_TABLES["cross_entropy_loss"][fast.DTYPES[dtype][1]].twopass_threads
+    for cols in (131072, 262144):
+        grad = fast.plan(cols, dtype, 4096, op="cross_entropy")
+        assert grad.strategy == "cluster", grad.describe()
+    assert "two reads" in fast.plan(262147, "bfloat16", 4096, op="cross_entropy").describe()
+    assert "two reads" in fast.plan(600000, dtype, 4096, op="softmax").describe()
+    assert fast.ONE_READ == {"cross_entropy_loss"}
+
+
 def test_plan_rejects_unknown_overrides_and_strategies():
     with pytest.raises(TypeError, match="strategi"):
         fast.plan(4096, vec=8, strategi="warp")
@@ -419,8 +440,9 @@ def test_tuning_overrides_hold_on_misaligned_rows():
 
 def test_every_sweep_behind_docs_performance_names_a_plan_it_can_build():
     """bench/sweeps/fast_configs.py repeats the measurements in docs/performance.md: each named
-    configuration must be one plan() accepts (a typo is an error, not the default plan), and the
-    table's own choice must be among those compared."""
+    configuration must be one plan() accepts (a typo is an error, not the default plan), no two of
+    a claim's launch the same (instance, block size, defines), and the table's own choice must be
+    among those compared."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("fast_configs", ROOT / "bench" / "sweeps" / "fast_configs.py")
@@ -437,8 +459,9 @@ def test_every_sweep_behind_docs_performance_names_a_plan_it_can_build():
                 kernels = set()
                 for cfg in configs:
                     overrides, defines = sweeps.parse_config(cfg)
-                    kernel = fast.plan(cols, dtype, 2**28 // cols, op=op, **overrides).kernel
-                    kernels.add((kernel, defines))
+                    p = fast.plan(cols, dtype, 2**28 // cols, op=op, **overrides)
+                    kernel = p.kernel
+                    kernels.add((kernel, p.threads, defines))  # one instance, launched with other blocks
                     if defines:
                         variants.setdefault(defines, set()).add(kernel)
                 assert len(kernels) == len(configs), f"{name} {dtype} {cols}: two configurations are the same launch"

@@ -68,12 +68,32 @@ CLAIMS = {
     "skip-hidden": ("causal rows: the vectors a mask hides skip their exps (16-bit aligned rows), against computing "
                     "them (exp(-inf) = 0) as before",
                     [("bfloat16", [1024, 2048, 4096], ["", "-DA07_SKIP_HIDDEN=0"], "scale_mask_causal")]),
+    "loss-tiers": ("the cross-entropy loss alone (no gradient: nothing written but a float a row) over vocabulary-sized "
+                   "rows: streamed once through the two-pass kernel's first pass against the cluster kernels that hold "
+                   "the row; % of copy counts one traversal (the rate of the read against the copy's)",
+                   [("float32", [32768], ["", "strategy=cluster cluster=2 vecs=8 threads=512",
+                                          "strategy=2pass vecs=4 threads=512"], "cross_entropy_loss"),
+                    ("float32", [50257], ["", "strategy=cluster cluster=8 vecs=8 threads=256", "strategy=2pass vecs=4 threads=512"],
+                     "cross_entropy_loss"),
+                    ("float32", [131072], ["", "strategy=cluster cluster=8 vecs=8 threads=512 min_blocks=2",
+                                           "strategy=2pass vecs=8 threads=256"], "cross_entropy_loss"),
+                    ("float32", [262144], ["", "strategy=cluster cluster=16 vecs=8 threads=512",
+                                           "strategy=2pass vecs=8 threads=256"], "cross_entropy_loss"),
+                    ("bfloat16", [32768], ["", "strategy=cluster cluster=4 vecs=8 threads=128 min_blocks=6",
+                                           "strategy=2pass vecs=4 threads=256"], "cross_entropy_loss"),
+                    ("bfloat16", [50257], ["", "strategy=cluster cluster=8 vecs=8 threads=128",
+                                           "strategy=2pass vecs=2 threads=128"], "cross_entropy_loss"),
+                    ("bfloat16", [131072], ["", "strategy=cluster cluster=8 vecs=16 threads=128 min_blocks=4",
+                                            "strategy=2pass vecs=4 threads=256"], "cross_entropy_loss"),
+                    ("bfloat16", [262144], ["", "strategy=cluster cluster=16 vecs=16 threads=128 min_blocks=4",
+                                            "strategy=2pass vecs=4 threads=256"], "cross_entropy_loss")]),
 }
 SCALE = 0.08838834764831843  # 1 / sqrt(128), the scale of bench/scale_mask.py
 # a sweep's op -> the fast.plan() op it launches: an unmasked scale_mask_softmax with a positive
 # scale runs the scaled kernel (fast.scale_mask_softmax); a causal one, with no mask tensor, the
 # span kernel
-PLAN_OP = {"softmax": "softmax", "scale_mask": "scaled_softmax", "scale_mask_causal": "scale_span_softmax"}
+PLAN_OP = {"softmax": "softmax", "scale_mask": "scaled_softmax", "scale_mask_causal": "scale_span_softmax",
+           "cross_entropy_loss": "cross_entropy_loss"}
 
 
 def parse_config(text: str):
@@ -91,7 +111,9 @@ def parse_config(text: str):
 def measure(dtype: str, cols: int, configs, rounds: int, op: str = "softmax"):
     """[(config, plan description, median ms, % of copy, rounds ms, max rel err)] and the copy's GB/s.
     op: "softmax", "scale_mask" (fast.scale_mask_softmax(x, SCALE), no mask) or "scale_mask_causal"
-    (the same, causal, with q_len = cols: square score matrices)."""
+    (the same, causal, with q_len = cols: square score matrices) or "cross_entropy_loss" (the per-row
+    losses of a07_softmax.cross_entropy's kernel, targets drawn at random, every 17th ignored: one
+    read, so its % of copy is half the copy's time over its own)."""
     import numpy as np
     import torch
 
@@ -101,6 +123,8 @@ def measure(dtype: str, cols: int, configs, rounds: int, op: str = "softmax"):
     rows = bench.TOTAL // cols
     x = (torch.randn(rows, cols, device="cuda") * 4).to(getattr(torch, dtype))
     out = torch.empty_like(x)
+    if op == "cross_entropy_loss":
+        return _measure_loss(x, cols, dtype, configs, rounds, b)
     scores = x.double() * (1.0 if op == "softmax" else SCALE)
     if op == "scale_mask_causal":  # query i = row % cols sees keys 0..i
         q = torch.arange(rows, device="cuda") % cols
@@ -134,6 +158,47 @@ def measure(dtype: str, cols: int, configs, rounds: int, op: str = "softmax"):
     del x, out, ref, dst
     torch.cuda.empty_cache()
     return rows_out, nbytes / (copy_ms * 1e-3) / 1e9
+
+
+def _measure_loss(x, cols: int, dtype: str, configs, rounds: int, b):
+    """measure() for the loss alone: each configuration's per-row losses against float64 (relative
+    to the largest |loss|; fp32 arithmetic whatever the logits' dtype), then timed against the copy."""
+    import numpy as np
+    import torch
+
+    from a07_softmax import accuracy, bench, fast
+    from a07_softmax import cross_entropy as CE
+
+    rows = x.shape[0]
+    g = torch.Generator(device="cuda").manual_seed(cols)
+    t = torch.randint(0, cols, (rows,), device="cuda", generator=g)
+    t[::17] = -100
+    x64 = x.double()
+    ref = torch.logsumexp(x64, -1) - x64.gather(1, t.clamp(min=0)[:, None])[:, 0]
+    ref[t == -100] = 0.0
+    del x64
+    dst = torch.empty_like(x)
+    fns, described, errs = {"copy": lambda: dst.copy_(x)}, {}, {}
+    for cfg in configs:
+        overrides, defines = parse_config(cfg)
+        if defines:
+            raise ValueError("the loss sweep takes plan overrides only")
+        described[cfg] = fast.plan(cols, dtype, rows, op="cross_entropy_loss", **overrides).describe()
+        fn = (lambda o=overrides: CE._launch_cuda(x, t, -100, "none", 0.0, 0.0, None, override=o))
+        loss = fn()
+        errs[cfg] = float(((loss.double() - ref).abs().max() / ref.abs().max()).nan_to_num(float("inf")))
+        fns[cfg or "table"] = fn
+    times = bench.interleaved(fns, rounds, b.time)
+    copy_ms = float(np.median(times.pop("copy")))
+    out = []
+    for cfg in configs:
+        t_ = times[cfg or "table"]
+        ms = float(np.median(t_))
+        out.append((cfg or "(the table's choice)", described[cfg], ms, 100 * copy_ms / (2 * ms), t_, errs[cfg],
+                    errs[cfg] <= accuracy.tolerance("float32")))
+    del dst
+    torch.cuda.empty_cache()
+    return out, 2 * x.numel() * x.element_size() / (copy_ms * 1e-3) / 1e9
 
 
 def run(sweeps, rounds: int, print_=print):
