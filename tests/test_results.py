@@ -280,8 +280,9 @@ def test_the_dram_bytes_say_what_notebooks_04_and_07_read_from_them():
     """traffic.txt (bench/traffic.py under Nsight Compute): every case measured once per kernel it
     launches; and the readings in notebooks 04 and 07 hold. At 1024 columns every Lab 1 kernel reads
     the tensor once from DRAM; at 65536 the 3-pass kernel three times and the 2-pass kernel twice;
-    the writes of every fp32 one-kernel case read 1 or fall short of it by about the copy's shortfall
-    (what stays in the L2 when the kernel ends varies from run to run), never more than one tensor."""
+    the writes of every fp32 one-kernel case, the copy's included, come within 0.15 of one tensor,
+    mostly short of it (what stays in the L2 when the kernel ends varies from run to run) and never
+    more than a few hundredths over it (the copy wrote 1.02 in one run)."""
     import json
 
     from a07_softmax.paths import ROOT
@@ -295,10 +296,10 @@ def test_the_dram_bytes_say_what_notebooks_04_and_07_read_from_them():
     assert abs(reads[("cuda.softmax_safe_3pass", "float32", 65536)] - 3) < 0.05
     assert abs(reads[("cuda.softmax_online_2pass", "float32", 65536)] - 2) < 0.05
     copy_writes = by[("copy", "float32", 8192)]["written"] / tensor(by[("copy", "float32", 8192)])
-    assert 0.8 < copy_writes < 1
+    assert 0.85 < copy_writes < 1.03
     for (impl, dtype, cols), r in by.items():
         if dtype == "float32" and r["kernels"] == 1:
-            assert copy_writes - 0.05 < r["written"] / tensor(r) < 1.01, (impl, cols, r["written"] / tensor(r))
+            assert 0.85 < r["written"] / tensor(r) < 1.03, (impl, cols, r["written"] / tensor(r))
     for name in ("04_native_kernels.ipynb", "07_traffic_vs_bandwidth.ipynb"):
         nb = json.loads((ROOT / "notebooks" / name).read_text())
         text = " ".join(" ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown").split())
@@ -538,8 +539,10 @@ def test_docs_performance_reads_the_dram_bytes_and_the_50257_point():
     assert all(abs(reads[("cuda.softmax_fast", dt, c)] - 1) < 0.01 for _, dt, c in t if _ == "cuda.softmax_fast")
     short = {dt: [r["model"] - r["measured"] for (i, d_, c), r in t.items() if d_ == dt and i == "cuda.softmax_fast"]
              for dt in ("float32", "bfloat16")}
-    assert all(0 < v < 0.15 for v in short["float32"]) and all(0 < v < 0.25 for v in short["bfloat16"])
+    assert all(-0.03 < v < 0.15 for v in short["float32"]) and all(-0.03 < v < 0.25 for v in short["bfloat16"])
+    above = max(-v for v in short["float32"] + short["bfloat16"])
     assert "below the model even where the model is exact" in doc
+    assert (f"and were at most {above:.2f} above it" in doc) if above > 0 else "never above it" in doc
     wrote = {dt: [r["written"] / (r["rows"] * r["cols"] * (4 if dt == "float32" else 2)) for (i, d_, c), r in t.items()
                   if d_ == dt and i == "cuda.softmax_fast"] for dt in ("float32", "bfloat16")}
     assert f"writes read {min(wrote['float32']):.2f}-{max(wrote['float32']):.2f} of a tensor in fp32 and " \
@@ -590,10 +593,13 @@ def test_docs_performance_reads_the_scale_mask_run():
     met = [s_ for s_, v in rows["float32", True].items() if s_ >= 512 and v["fast"] <= 0.8 * v["copy"]]
     assert met == [s_ for s_ in rows["float32", True] if s_ >= 512] and "is met at every S from 512 on" in doc
     met16 = [s_ for s_, v in rows["bfloat16", True].items() if s_ >= 512 and v["fast"] <= 0.8 * v["copy"]]
-    assert met16 == [512, 1024, 16384] and "In bf16 the target is met at S = 512, 1024, 16384" in doc
-    mid = [v["fast"] / v["copy"] for s_, v in rows["bfloat16", True].items() if 2048 <= s_ <= 8192]
-    assert f"from 2048 to 8192 the rows take {min(mid):.2f}-{max(mid):.2f} of the copy's time" in doc
-    assert all(v < 0.8 * 1.002 for v in (mid[0], mid[-1])) and "2048 and 8192 a tenth of a percent over 0.8" in doc
+    missed16 = [s_ for s_ in rows["bfloat16", True] if s_ >= 512 and s_ not in met16]
+    assert f"In bf16 the target is met at S = {', '.join(map(str, met16))}" + \
+        (f" and missed at {', '.join(map(str, missed16))};" if missed16 else ";") in doc
+    mid = {s_: v["fast"] / v["copy"] for s_, v in rows["bfloat16", True].items() if 2048 <= s_ <= 8192}
+    assert f"from 2048 to 8192 the rows take {min(mid.values()):.2f}-{max(mid.values()):.2f} of the copy's time" in doc
+    assert all(abs(mid[s_] - 0.8) < 0.8 * 0.005 for s_ in (2048, 8192)) and \
+        "2048 and 8192 sit within half a percent of 0.8" in doc
     assert f"bf16 causal: {min(x('bfloat16', True)):.2f}-{max(x('bfloat16', True)):.2f} times the copy" in doc
     assert min(pct("float32", False, every) + pct("bfloat16", False, every)) >= 95 and \
         "so the issue's 95 % holds at every S in both" in doc
