@@ -754,6 +754,7 @@ def cases_cuda(number: str, rng, hidden: bool):
                                                                      lambda: diagnose_block_reduction(got, hx, BLOCK)),
                               {f"x{k}": hx}, hidden=k >= 6))
         return cases
+
     def masked_call(x, lens, rows, seq, causal, padded):
         """masked_softmax on the rows of array x, q_len = seq, lens as the valid lengths."""
         return {"kernel": "masked_softmax", "grid": [min(rows, 1024)], "block": [BLOCK],

@@ -3,7 +3,8 @@
 One program per row. Load the row (masked loads past n_cols, filled with -inf), multiply by `scale`,
 set the causal positions (col > row % q_len) to -inf when CAUSAL, then a max-subtracted softmax with
 float32 statistics, and store in the output's dtype. A row whose every score is masked must come out
-as zeros, not NaN; a row that reads a NaN (one its mask does not hide) comes out NaN everywhere. `make check EX=05` runs it on a GPU or, without one, in the Triton interpreter.
+as zeros, not NaN; a row that reads a NaN (one its mask does not hide) comes out NaN everywhere.
+`make check EX=05` runs it on a GPU or, without one, in the Triton interpreter.
 """
 import torch
 import triton

@@ -7,9 +7,9 @@ Part 2. One kernel reads each row of logits once and writes both
   loss[r] = logsumexp(x[r]) - x[r, t[r]]                    (float32)
   grad[r] = softmax(x[r]) - onehot(t[r])                    (d sum(loss) / d x)
 A row whose target is ignore_index has loss 0 and gradient 0; any other row holding a NaN logit has
-a NaN loss and a NaN gradient. `cross_entropy` and
-`cross_entropy_grad` launch the same kernel and return one of its two outputs each. The row fits one
-block of BLOCK columns (the exercise keeps vocabularies small).
+a NaN loss and a NaN gradient. `cross_entropy` and `cross_entropy_grad` launch the same kernel and
+return one of its two outputs each. The row fits one block of BLOCK columns (the exercise keeps
+vocabularies small).
 
 `make check EX=06` compares everything with float64 references (the cases include logits far above
 exp's range, a row whose target is ignored, targets in the first and last columns, and rows whose
