@@ -608,8 +608,10 @@ def cases_05(rng, hidden: bool):
     for r in range(0, seq - 1, 2):
         hx[r, rng.integers(r + 1, seq)] = np.nan
     hx[9, 3] = hx[30, 30] = np.nan
+    hx[0, 0] = np.nan   # row 0's only visible score: a max that drops NaN (fmax, as tl.max on a GPU) sees -inf
     ref = R.softmax(np.where(visible, hx.astype(np.float64) * 0.5, -np.inf))
-    out.append(("causal, 40 x 40, NaN scores: a row that reads one is NaN, one above the diagonal is ignored",
+    out.append(("causal, 40 x 40, NaN scores: a row that reads one is NaN (row 0 sees nothing else), one above "
+                "the diagonal is ignored",
                 "scale_mask_softmax", {"kn": hx}, [_arr("kn", **{"as": "torch"}), 0.5,
                                                   {"kw": {"causal": True, "q_len": seq}}],
                 lambda got, ref=ref, hx=hx, visible=visible: _with_hint(
@@ -657,8 +659,11 @@ def cases_06(rng, hidden: bool):
     lsm(3, 3, -300, -200, "log_softmax of logits below -200 (log(0) without the max)")
     hx = rng.uniform(-30, 30, size=(4, 90)).astype(np.float32)
     hx[2, 17] = np.nan                                   # a NaN logit: its row is NaN (docs/contract.md)
+    hx[3] = -np.inf
+    hx[3, 40] = np.nan   # the row's only other value: a max that drops NaN (tl.max on a GPU) says -inf
     ref = R.log_softmax(hx)
-    items.append(("log_softmax, 4 x 90, row 2 holds a NaN (its row must come out NaN)", "log_softmax", {"ln": hx},
+    items.append(("log_softmax, 4 x 90, rows 2 and 3 hold a NaN, row 3 beside -inf alone (both must come out NaN)",
+                  "log_softmax", {"ln": hx},
                   [_arr("ln", **{"as": "torch"})],
                   lambda got, ref=ref, hx=hx: _with_hint(mismatch(got, ref, log=True),
                                                          lambda: diagnose_nan_under_mask(got, hx)

@@ -23,11 +23,10 @@ def scale_mask_softmax_kernel(out_ptr, in_ptr, n_cols, stride, scale, q_len,
     if CAUSAL:
         keep = keep & (cols <= row % q_len)
     x = tl.where(keep, x, -float("inf"))
-    m = tl.max(x, axis=0)
-    empty = m == -float("inf")           # the row's state says it is fully masked; a NaN sum must not
-    e = tl.exp(x - tl.where(empty, 0.0, m))
+    m = tl.max(x, axis=0)                # on a GPU it drops NaN: a row seeing only NaN gets -inf
+    e = tl.exp(x - tl.where(m == -float("inf"), 0.0, m))
     s = tl.sum(e, axis=0)
-    y = tl.where(empty, 0.0, e / s)
+    y = tl.where(s == 0.0, 0.0, e / s)   # fully masked: every exp is 0; a NaN sum is not 0 and stays
     tl.store(out_ptr + row * stride + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
     ### END SOLUTION
 

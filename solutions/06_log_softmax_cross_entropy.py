@@ -29,11 +29,10 @@ def log_softmax_kernel(out_ptr, in_ptr, n_cols, stride, BLOCK: tl.constexpr):
     inside = cols < n_cols
     ### BEGIN SOLUTION
     x = tl.load(in_ptr + row * stride + cols, mask=inside, other=-float("inf")).to(tl.float32)
-    m = tl.max(x, axis=0)
-    empty = m == -float("inf")           # the row's state says it is fully masked; a NaN sum must not
-    z = x - tl.where(empty, 0.0, m)
+    m = tl.max(x, axis=0)                # on a GPU it drops NaN: a row of NaN and -inf gets -inf
+    z = x - tl.where(m == -float("inf"), 0.0, m)
     s = tl.sum(tl.exp(z), axis=0)
-    y = tl.where(empty, -float("inf"), z - tl.log(s))
+    y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))   # fully masked: s is 0; a NaN sum is not 0
     tl.store(out_ptr + row * stride + cols, y.to(out_ptr.dtype.element_ty), mask=inside)
     ### END SOLUTION
 

@@ -172,13 +172,18 @@ WRONG = {
                                          "online_no_rescale"),
     },
     "05": {
-        "no max subtraction": (_edit("05", "    e = tl.exp(x - tl.where(empty, 0.0, m))", "    e = tl.exp(x)"),
+        "no max subtraction": (_edit("05", '    e = tl.exp(x - tl.where(m == -float("inf"), 0.0, m))', "    e = tl.exp(x)"),
                                "large logits"),
-        "fully-masked row without the guard": (_edit("05", "tl.where(empty, 0.0, m)", "m").replace(
-            "y = tl.where(empty, 0.0, e / s)", "y = e / s"), "fully-masked"),
-        "the guard on the sum (a NaN sum reads as a masked row)": (_edit("05", "y = tl.where(empty, 0.0, e / s)",
+        "fully-masked row without the guard": (_edit("05", 'tl.where(m == -float("inf"), 0.0, m)', "m").replace(
+            "y = tl.where(s == 0.0, 0.0, e / s)", "y = e / s"), "fully-masked"),
+        "the guard on the sum (a NaN sum reads as a masked row)": (_edit("05", "y = tl.where(s == 0.0, 0.0, e / s)",
                                                                          "y = e * tl.where(s > 0, 1.0 / s, 0.0)"),
                                                                    "a NaN is never hidden"),
+        # fully masked told by the max: a GPU's max (and the interpreter's) drops NaN, so a row whose
+        # only visible score is NaN has max -inf and would come out as zeros
+        "fully masked told by the max (it drops NaN)": (_edit("05", "y = tl.where(s == 0.0, 0.0, e / s)",
+                                                              'y = tl.where(m == -float("inf"), 0.0, e / s)'),
+                                                        "a NaN is never hidden"),
         "NaN scrubbed from the outputs": (_edit("05", "    tl.store(out_ptr", "    y = tl.where(y != y, 0.0, y)\n"
                                                 "    tl.store(out_ptr"), "a NaN is never hidden"),
         "the causal mask added to the score": (_edit("05", '    x = tl.where(keep, x, -float("inf"))',
@@ -221,17 +226,20 @@ WRONG = {
                                             "compare the target with ignore_index"),
         "ignored rows found by a negative target": (_edit("06", "    ignored = t == ignore_index\n",
                                                           "    ignored = t < 0\n"), "compare the target with ignore_index"),
-        "no max subtraction": (_edit("06", "    z = x - tl.where(empty, 0.0, m)\n", "    z = x\n"), "60-100"),
-        "fully-masked row without the guard": (_edit("06", "    z = x - tl.where(empty, 0.0, m)\n", "    z = x - m\n").replace(
-            'y = tl.where(empty, -float("inf"), z - tl.log(s))', "y = z - tl.log(s)"), "fully masked"),
-        "log of the sum forgotten": (_edit("06", 'y = tl.where(empty, -float("inf"), z - tl.log(s))',
-                                           'y = tl.where(empty, -float("inf"), z)'),
+        "no max subtraction": (_edit("06", '    z = x - tl.where(m == -float("inf"), 0.0, m)\n', "    z = x\n"), "60-100"),
+        "fully-masked row without the guard": (_edit("06", '    z = x - tl.where(m == -float("inf"), 0.0, m)\n', "    z = x - m\n").replace(
+            'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))', "y = z - tl.log(s)"), "fully masked"),
+        "log of the sum forgotten": (_edit("06", 'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))',
+                                           'y = tl.where(s == 0.0, -float("inf"), z)'),
                                      "the log of the sum was not subtracted"),
-        "log of the sum without the max": (_edit("06", 'y = tl.where(empty, -float("inf"), z - tl.log(s))',
-                                                 'y = tl.where(empty, -float("inf"), z - tl.log(s) - m)'), "not 1"),
+        "log of the sum without the max": (_edit("06", 'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))',
+                                                 'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s) - m)'), "not 1"),
         "log_softmax guarded on the sum (a NaN sum reads as a masked row)": (_edit(
-            "06", 'y = tl.where(empty, -float("inf"), z - tl.log(s))', "y = z - tl.where(s > 0, tl.log(s), 0.0)"),
+            "06", 'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))', "y = z - tl.where(s > 0, tl.log(s), 0.0)"),
             "a NaN is never hidden"),
+        "log_softmax's fully masked told by the max (it drops NaN)": (_edit(
+            "06", 'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))',
+            'y = tl.where(m == -float("inf"), -float("inf"), z - tl.log(s))'), "a NaN is never hidden"),
         "NaN gradients zeroed": (_edit("06", "grad = tl.where(ignored, 0.0, grad)",
                                        "grad = tl.where(ignored | (grad != grad), 0.0, grad)"), "a NaN is never hidden"),
         "gradient without the one-hot": (_edit("06", "grad = e / s - tl.where(cols == t, 1.0, 0.0)", "grad = e / s"),
