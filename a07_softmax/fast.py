@@ -156,11 +156,10 @@ OP_TABLES["scaled_softmax"] = {4: replace(TABLE[4], block_tiers=TABLE[4].block_t
                                2: replace(OP_TABLES["scale_mask_softmax"][2], block_tiers=TABLE[2].block_tiers,
                                           wide_misaligned_bound=TABLE[2].wide_misaligned_bound)}
 # The loss alone (no store) needs no row on chip: the two-pass kernel returns after its first pass,
-# so rows past the block tiers stream through it and are read once. Small blocks (fp32: 256 threads,
-# 2 vectors a thread a step; 16-bit: 128 threads, 4 vectors) keep many rows in flight, where the
-# cluster kernels holding a whole row left the SMs waiting on each row's reduction: on the H200 the
-# two-pass kernel ran faster than every cluster tier at each vocabulary of the benchmark, odd
-# lengths included (bench/sweeps/fast_configs.py --claim loss-tiers, results/nvidia-h200/sweeps.txt).
+# so rows past the block tiers stream through it and are read once, in small blocks (fp32: 256
+# threads, 2 vectors a thread a step; 16-bit: 128 threads, 4 vectors). On the H200 it ran faster
+# than every cluster tier at each vocabulary of the benchmark, odd lengths included; why the cluster
+# tiers lose is not profiled (bench/sweeps/fast_configs.py --claim loss-tiers, results/nvidia-h200/sweeps.txt).
 # 16-bit rows of 8 vectors a thread step spilled at the kernel's 1024-thread bound. The fp32 block of
 # 8 vectors a thread at 512 threads spilled too (rows of 8193 to 16384 stream as well).
 OP_TABLES["cross_entropy_loss"] = {
@@ -237,6 +236,8 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
         group = override.get("group", min(GROUP_MAX, _pow2ceil(-(-rv // least))))
         vecs = override.get("vecs", _pow2ceil(-(-rv // group)))
         rpt = override.get("rows_per_thread", 1)
+        if group * vecs < rv:
+            raise ValueError(f"a warp row of {group} lanes x {vecs} vectors holds {group * vecs} of its {rv} vectors")
         per_block = (WARP_THREADS // group) * rpt
         raw = size == 2 and bool(override.get("raw", False))  # no tier keeps a warp's rows raw
         return Plan("warp", _instance("warp", ctype, (vecs, group, rpt), al, kop, raw), (vecs, group, rpt),
@@ -250,7 +251,7 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
             # misaligned rows stay floats: their element loads cost the registers raw rows save
             raw = size == 2 and bool(override.get("raw", raw and al == "true"))
             threads = override.get("threads", _round_up(-(-rv // vecs), warp_size))
-            if threads <= limit:
+            if threads <= limit and threads * vecs >= rv:  # (forced threads may hold less than the row)
                 # misaligned rows of 8 vectors a thread: ptxas gives the 512-thread instance a stack
                 # frame (spills, NVRTC's report) and the 1024-thread one none; the kernel reads
                 # blockDim.x, so the larger bound costs nothing but the register ceiling
@@ -263,8 +264,7 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     # 3. long rows: a cluster of blocks per row, (m, s) exchanged through distributed shared memory;
     #    as many clusters as fit at once, sharing the rows through a ticket counter
     if max_cluster >= 2 and want in (None, "cluster"):
-        # an op with no cluster tiers of its own (the loss alone) is forced into the softmax's
-        tiers = list(t.cluster_tiers or (TABLE[size].cluster_tiers if want == "cluster" else ()))
+        tiers = _cluster_tiers(t, size, forced=want == "cluster")
         if al == "false":
             # a misaligned row is loaded element by element, which needs more registers than
             # several blocks per SM would leave, and more than 8 vectors' worth spills: the same
@@ -298,6 +298,12 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     why = "the loss alone keeps no row on chip: one read" if op in ONE_READ else \
         "row too long to keep on chip" + ("" if max_cluster >= 2 else " without clusters") + ": two reads"
     return Plan("2pass", _instance("2pass", ctype, (vecs,), al, kop), (vecs,), rows, threads, 1, why, TWOPASS_THREADS)
+
+
+def _cluster_tiers(t: Strategies, size: int, forced: bool) -> list:
+    """The cluster tiers of an op's table; an op with none of its own (the loss alone), when a cluster
+    is forced on it (a tuning experiment), takes the softmax's."""
+    return list(t.cluster_tiers or (TABLE[size].cluster_tiers if forced else ()))
 
 
 def _bound(threads: int) -> int:

@@ -162,6 +162,7 @@ template <class State> __device__ __forceinline__ State block_reduce(State st) {
 //   exp_factor()         k in exp2((x - m) * k) for the values a RowPart holds: log2(e), unless
 //   state_max(m)         the Row folds a positive scale into the exp; then the row's max in
 //                        score units is state_max(m) = m * scale (RowPart only)
+//   wants_sum()          whether the sum of the scores is needed (SUMS only; false: it stays 0)
 //   reduced(total, lead) once the row's state is known, before the store; `lead` is true in one
 //                        thread of the row
 //   out(c, p)            what is written for probability p at column c (OUTPUTS only)
@@ -360,6 +361,7 @@ struct CrossEntropyRow {
   float lse = 0.0f;
   float* loss = nullptr;   // registers are scarce in the 16-bit cluster kernel: nothing else is kept
   __device__ __forceinline__ bool reads(int c0, int, int) const { return c0 < hi; }
+  __device__ __forceinline__ bool wants_sum() const { return off > 0.0f; }  // label smoothing only
   template <class U> __device__ __forceinline__ void see(const U* xr, int c0, int n) {
     if (target >= c0 && target < c0 + n) holds_target = true, x_t = Vec<U>::scalar(xr[target]);
   }
@@ -420,6 +422,16 @@ template <class T>
 __device__ __forceinline__ int lead_of(const T* p) {
   return int((reinterpret_cast<unsigned long long>(p) & 15u) / sizeof(T));
 }
+// Whether every vector a thread owns ends inside the row (true for all but the threads at its end):
+// its vector j starts at column start + (j * G + t) * N. A misaligned row's loads then go out as
+// plain 16-byte loads, back to back. Chosen vector by vector, the branches kept the loads apart: in
+// the bf16 loss alone at V = 50257 ncu counted 7.5 long-scoreboard stalls an issued instruction
+// (aligned rows: 2.3-2.5) and 56 % of DRAM's peak; with this test, 2.9 and 72 %, and the kernel
+// went from 64 to 99 % of the copy's rate (H200, 2026-12-03).
+template <int VECS, int N>
+__device__ __forceinline__ bool ends_inside(int start, int t, int G, int cols) {
+  return start + ((VECS - 1) * G + t) * N + N <= cols;
+}
 
 // The part of a row that one thread owns, held in registers as floats: VECS vectors; vector j of
 // thread t (of the G threads sharing the row) starts at element (j * G + t) * Vec<T>::N, so
@@ -438,24 +450,38 @@ struct RowPart {
   template <class Row>
   __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G, Row& row, int base = 0) {
     if constexpr (!ALIGNED) lead = lead_of(xr);
+    // Misaligned rows take this path where the thread holds whole vectors only if the Row writes
+    // nothing (the loss alone): keeping both paths spilled in some 16-bit instances that store.
+    if (ALIGNED || (!Row::WRITES && ends_inside<VECS, N>(base - lead, t, G, cols))) {
 #pragma unroll
-    for (int j = 0; j < VECS; ++j) {
-      const int c0 = base + (j * G + t) * N - lead;  // the vector's first column (below 0: before the row)
-      if (ALIGNED) {
+      for (int j = 0; j < VECS; ++j) {
+        const int c0 = base + (j * G + t) * N - lead;  // the vector's first column (below 0: before the row)
         Vec<T>::unpack(load16_if(xr + c0, row.reads(c0, N, cols), Vec<T>::NEG_INF_WORD), v + j * N);
-      } else if (c0 + N <= cols) {  // ends inside the row: one vector, its columns below 0 dropped
-        Vec<T>::unpack(load16_if(xr + c0, row.reads(c0, N, cols), Vec<T>::NEG_INF_WORD), v + j * N);
-        if (c0 < 0) {
-#pragma unroll
-          for (int e = 0; e < N; ++e)
-            if (c0 + e < 0) v[j * N + e] = A07_NEG_INF;
-        }
-      } else {  // reaches past the row's end: element by element, nothing read past it
+        row.see(xr, c0, N);
+      }
+      if (!ALIGNED && base - lead + t * N < 0) {  // the row's first vector: its columns below 0 dropped
 #pragma unroll
         for (int e = 0; e < N; ++e)
-          v[j * N + e] = c0 + e >= 0 && row.reads(c0 + e, 1, cols) ? Vec<T>::scalar(xr[c0 + e]) : A07_NEG_INF;
+          if (e < lead) v[e] = A07_NEG_INF;
       }
-      row.see(xr, c0, N);
+    } else {  // a thread at the row's end
+#pragma unroll
+      for (int j = 0; j < VECS; ++j) {
+        const int c0 = base + (j * G + t) * N - lead;
+        if (c0 + N <= cols) {  // ends inside the row: one vector, its columns below 0 dropped
+          Vec<T>::unpack(load16_if(xr + c0, row.reads(c0, N, cols), Vec<T>::NEG_INF_WORD), v + j * N);
+          if (c0 < 0) {
+#pragma unroll
+            for (int e = 0; e < N; ++e)
+              if (c0 + e < 0) v[j * N + e] = A07_NEG_INF;
+          }
+        } else {  // reaches past the row's end: element by element, nothing read past it
+#pragma unroll
+          for (int e = 0; e < N; ++e)
+            v[j * N + e] = c0 + e >= 0 && row.reads(c0 + e, 1, cols) ? Vec<T>::scalar(xr[c0 + e]) : A07_NEG_INF;
+        }
+        row.see(xr, c0, N);
+      }
     }
     if constexpr (Row::SCORES) row.template score_part<VECS, N, ALIGNED>(v, base - lead, t, G);
   }
@@ -466,11 +492,18 @@ struct RowPart {
     float m = A07_NEG_INF;
 #pragma unroll
     for (int i = 0; i < VECS * N; ++i) m = max_nan(m, v[i]);
-    float sx = 0.0f;  // the sum of the scores the row holds (SUMS only)
+    float sx = 0.0f;  // the sum of the scores the row holds (SUMS, and only where the Row wants it)
     if constexpr (Row::SUMS) {
+      if (row.wants_sum()) {  // one branch a thread: the 16-bit loss streams at the issue rate, not DRAM's
 #pragma unroll
-      for (int i = 0; i < VECS * N; ++i)  // columns in [0, hi): one unsigned compare
-        if (unsigned(base - lead + ((i / N) * G + t) * N + i % N) < unsigned(row.hi)) sx += v[i];
+        for (int j = 0; j < VECS; ++j) {
+          const int c0 = base - lead + (j * G + t) * N;
+          // aligned rows end on a vector boundary: a vector is wholly in the row or wholly padding
+#pragma unroll
+          for (int e = 0; e < N; ++e)  // columns in [0, hi): one unsigned compare
+            if (ALIGNED ? c0 < row.hi : unsigned(c0 + e) < unsigned(row.hi)) sx += v[j * N + e];
+        }
+      }
     }
     const float m_sub = m == A07_NEG_INF ? 0.0f : m;  // no elements: every exp below is 0
     const float k = row.exp_factor();  // log2(e), or a folded scale times it (ScaleMaskRow)
@@ -555,10 +588,11 @@ struct RowBits {
   __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G, Row& row) {
     static_assert(!(Row::SUMS && Row::SCORES), "RowBits sums the raw values: a Row that sums has no scores");
     if constexpr (!ALIGNED) lead = lead_of(xr);
+    const bool whole = ALIGNED || ends_inside<VECS, N>(-lead, t, G, cols);  // (then no element loads)
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N - lead;
-      if (ALIGNED || c0 + N <= cols) {  // one vector (misaligned: its columns below 0 become -inf)
+      if (whole || c0 + N <= cols) {  // one vector (misaligned: its columns below 0 become -inf)
         const bool inside = row.reads(c0, N, cols);
         if constexpr (HINTED) u[j] = load16_if(xr + c0, inside, NEG_INF2);
         else u[j] = inside ? *reinterpret_cast<const uint4*>(xr + c0) : make_uint4(NEG_INF2, NEG_INF2, NEG_INF2, NEG_INF2);
@@ -630,12 +664,15 @@ struct RowBits {
         for (int k = 0; k < 4; ++k) {
           s_lo += exp_of<FFMA>(value<decltype(whole)::value>(row, w[k], false, c0 + 2 * k), m, bias);
           s_hi += exp_of<FFMA>(value<decltype(whole)::value>(row, w[k], true, c0 + 2 * k + 1), m, bias);
-          if constexpr (Row::SUMS) {  // (SUMS rows are never SCORES rows: the raw values are the scores)
-            const float lo = Bits::lo(w[k]), hi = Bits::hi(w[k]);
-            // aligned rows end on a vector boundary: a vector is wholly in the row or wholly padding
-            if constexpr (ALIGNED) sx += c0 < row.hi ? lo + hi : 0.0f;
-            else sx += (unsigned(c0 + 2 * k) < unsigned(row.hi) ? lo : 0.0f) +
-                       (unsigned(c0 + 2 * k + 1) < unsigned(row.hi) ? hi : 0.0f);
+          // (SUMS rows are never SCORES rows: the raw values are the scores)
+          if constexpr (Row::SUMS) {
+            if (row.wants_sum()) {
+              const float lo = Bits::lo(w[k]), hi = Bits::hi(w[k]);
+              // aligned rows end on a vector boundary: a vector is wholly in the row or wholly padding
+              if constexpr (ALIGNED) sx += c0 < row.hi ? lo + hi : 0.0f;
+              else sx += (unsigned(c0 + 2 * k) < unsigned(row.hi) ? lo : 0.0f) +
+                         (unsigned(c0 + 2 * k + 1) < unsigned(row.hi) ? hi : 0.0f);
+            }
           }
         }
       });

@@ -122,6 +122,24 @@ def test_plan_rejects_unknown_overrides_and_strategies():
     assert fast.plan(4096, vecs=8, strategy="block").params[0] == 8
 
 
+@pytest.mark.parametrize("op", ["softmax", "cross_entropy_loss"])
+def test_forced_threads_or_lanes_that_cannot_hold_the_row_never_make_a_plan(op):
+    """A tuning override that leaves part of the row to nobody (too few threads for a block row, too
+    few lanes or vectors for a warp row) is refused or passed over, never launched: the kernel would
+    read a prefix of the row and return a wrong answer without an error."""
+    for dtype, cols in [("bfloat16", 50257), ("float32", 12000)]:
+        n = fast.VEC_BYTES // fast.DTYPES[dtype][1]
+        rv = -(-cols // n)
+        with pytest.raises(ValueError, match="no block configuration"):
+            fast.plan(cols, dtype, 64, op=op, strategy="block", threads=256)
+        p = fast.plan(cols, dtype, 64, op=op, threads=256)        # not forced: a strategy that holds it
+        if p.strategy != "2pass":  # (the two-pass kernel walks any length)
+            held = p.threads * p.params[0] * (p.params[1] if p.strategy == "cluster" else 1)
+            assert held >= rv, (dtype, cols, p.describe())
+    with pytest.raises(ValueError, match="holds 8 of its 750 vectors"):
+        fast.plan(3000, "float32", 64, op=op, strategy="warp", group=4, vecs=2)
+
+
 @pytest.mark.parametrize("dtype, cols", [("float32", 262144), ("bfloat16", 262144), ("float32", 200), ("bfloat16", 3000)])
 def test_plan_explains_itself_in_its_own_numbers(dtype, cols):
     """describe() states the launch the plan makes: its kernel, grid and threads, and the shape of

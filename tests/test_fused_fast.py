@@ -254,6 +254,30 @@ def test_cross_entropy_on_views_at_odd_offsets(rng, dtype, offsets, vocab, strat
     _loss_close(only, ref_loss, f"loss alone, {where}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("offsets", [(1, 0), (3, 0), (7, 0)])
+@pytest.mark.parametrize("vocab,strategy", [(1001, "block"), (16387, "2pass"), (16384, "2pass")])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_the_loss_alone_never_takes_a_neighbouring_rows_columns_into_a_misaligned_row(rng, dtype, offsets, vocab, strategy,
+                                                                        smoothing):
+    """A misaligned row's first vector starts at the 16-byte boundary before it and holds the previous
+    row's last columns, which the kernel must drop. Here they are the largest logits of the tensor (60
+    against N(0, 2)), so one taken into a row's max, its sum, or its label smoothing's mean moves that
+    loss by far more than the tolerance; a vector read whole past the row's end would take the next
+    row's first columns. Targets at column 0 (in that first vector) and at the end."""
+    rows = 7
+    x = rng.normal(0, 2, size=(rows, vocab))
+    x[::2, -7:] = 60.0                       # the tails a misaligned next row's first vector reads
+    t = _targets(rng, rows, vocab)
+    t[2] = 0
+    where = (f"V = {vocab} ({strategy}), {dtype}, label smoothing {smoothing}, logits {offsets[0]} elements into "
+             f"their buffer: columns of the row before or after must not count")
+    only, _ = fast.cross_entropy_on_cpu(x, t, dtype, label_smoothing=smoothing, grad=False, offsets=offsets,
+                                        strategy=strategy)
+    ref_loss, _ = CE.reference(_rounded(x, dtype), t, reduction="none", label_smoothing=smoothing)
+    _loss_close(only, ref_loss, where)
+
+
 def test_bad_mask_arguments_are_clear_errors(rng):
     x = rng.normal(size=(6, 10))
     with pytest.raises(ValueError, match="q_len"):

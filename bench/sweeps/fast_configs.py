@@ -114,7 +114,6 @@ def measure(dtype: str, cols: int, configs, rounds: int, op: str = "softmax"):
     (the same, causal, with q_len = cols: square score matrices) or "cross_entropy_loss" (the per-row
     losses of a07_softmax.cross_entropy's kernel, targets drawn at random, every 17th ignored: one
     read, so its % of copy is half the copy's time over its own)."""
-    import numpy as np
     import torch
 
     from a07_softmax import accuracy, bench, fast
@@ -146,27 +145,39 @@ def measure(dtype: str, cols: int, configs, rounds: int, op: str = "softmax"):
                                                                          defines=d, **o))
         errs[cfg] = b.check(fn, out, ref)
         fns[cfg or "table"] = fn
+    del ref
+    return _timed(fns, configs, described, errs, accuracy.tolerance(dtype), x, rounds, b)
+
+
+def _timed(fns, configs, described, errs, tolerance: float, x, rounds: int, b, traversals: int = 2):
+    """measure()'s rows: each configuration timed in interleaved rounds against the copy ("copy" in
+    fns), its % of copy counting `traversals` passes over x (the copy makes two: a read and a write),
+    and the copy's GB/s."""
+    import numpy as np
+    import torch
+
+    from a07_softmax import bench
+
     times = bench.interleaved(fns, rounds, b.time)
     copy_ms = float(np.median(times.pop("copy")))
-    nbytes = 2 * x.numel() * x.element_size()
     rows_out = []
     for cfg in configs:
         t = times[cfg or "table"]
         ms = float(np.median(t))
-        rows_out.append((cfg or "(the table's choice)", described[cfg], ms, 100 * copy_ms / ms, t, errs[cfg],
-                         errs[cfg] <= accuracy.tolerance(dtype)))
-    del x, out, ref, dst
+        rows_out.append((cfg or "(the table's choice)", described[cfg], ms, 100 * copy_ms * traversals / (2 * ms), t,
+                         errs[cfg], errs[cfg] <= tolerance))
+    gbps = 2 * x.numel() * x.element_size() / (copy_ms * 1e-3) / 1e9
+    fns.clear()  # the closures hold the tensors
     torch.cuda.empty_cache()
-    return rows_out, nbytes / (copy_ms * 1e-3) / 1e9
+    return rows_out, gbps
 
 
 def _measure_loss(x, cols: int, dtype: str, configs, rounds: int, b):
     """measure() for the loss alone: each configuration's per-row losses against float64 (relative
     to the largest |loss|; fp32 arithmetic whatever the logits' dtype), then timed against the copy."""
-    import numpy as np
     import torch
 
-    from a07_softmax import accuracy, bench, fast
+    from a07_softmax import accuracy, fast
     from a07_softmax import cross_entropy as CE
 
     rows = x.shape[0]
@@ -188,17 +199,7 @@ def _measure_loss(x, cols: int, dtype: str, configs, rounds: int, b):
         loss = fn()
         errs[cfg] = float(((loss.double() - ref).abs().max() / ref.abs().max()).nan_to_num(float("inf")))
         fns[cfg or "table"] = fn
-    times = bench.interleaved(fns, rounds, b.time)
-    copy_ms = float(np.median(times.pop("copy")))
-    out = []
-    for cfg in configs:
-        t_ = times[cfg or "table"]
-        ms = float(np.median(t_))
-        out.append((cfg or "(the table's choice)", described[cfg], ms, 100 * copy_ms / (2 * ms), t_, errs[cfg],
-                    errs[cfg] <= accuracy.tolerance("float32")))
-    del dst
-    torch.cuda.empty_cache()
-    return out, 2 * x.numel() * x.element_size() / (copy_ms * 1e-3) / 1e9
+    return _timed(fns, configs, described, errs, accuracy.tolerance("float32"), x, rounds, b, traversals=1)
 
 
 def run(sweeps, rounds: int, print_=print):
