@@ -419,7 +419,14 @@ def test_docs_performance_quotes_the_attention_and_cross_entropy_runs():
     met = sorted((dt, v) for (dt, v), ms in fast.items()
                  if next(r for r in ce["runs"] if r["impl"] == "a07.fast.cross_entropy[unchecked]" and r["dtype"] == dt
                          and r["vocab"] == v and r["mode"] == "loss+grad")["GBps"] >= 0.9 * ce["copy_GBps"])
-    assert met == sorted(fast) and "The issue's 90 % is met for loss + grad at every V but 50257, in fp32 and bf16" in doc
+    unmet = [(dt, v) for dt, v in sorted(fast) if (dt, v) not in met]
+    if not unmet:
+        assert "The issue's 90 % is met for loss + grad at every V but 50257, in fp32 and bf16" in doc
+    else:  # the doc names each aligned point that missed it, with its figure
+        pct = {(r["dtype"], r["vocab"]): 100 * r["GBps"] / ce["copy_GBps"] for r in ce["runs"]
+               if r["impl"] == "a07.fast.cross_entropy[unchecked]" and r["mode"] == "loss+grad"}
+        missed = ", ".join(f"{'fp32' if dt == 'float32' else 'bf16'} {v} ({pct[(dt, v)]:.1f} %)" for dt, v in unmet)
+        assert f"The issue's 90 % is met for loss + grad at every V but 50257 and, in this run, {missed}" in doc, missed
     assert "fastest for loss + grad at every V:" in doc
     for dt, v in {(r["dtype"], r["vocab"]) for r in ce["runs"]}:
         at = [r for r in ce["runs"] if r["mode"] == "loss+grad" and r["dtype"] == dt and r["vocab"] == v]
