@@ -62,6 +62,35 @@ class ClusterTier:
 
 
 @dataclass(frozen=True)
+class MisalignedFit:
+    """How a cluster holds a row off the 16-byte grid (an odd length), fitted to the row: `vecs`
+    vectors a thread, the cluster of `clusters` whose blocks the row fills best, blocks of the
+    fewest warps that hold it among those that fill an SM exactly at `registers` a thread. Many
+    small blocks keep loads in flight on every SM while some of them reduce, and a tight fit leaves
+    few threads idle (bench/sweeps/fast_configs.py --claim misaligned-cluster-fit).
+
+    An SM's four schedulers each hold 16384 registers: at 48 a thread, 10 warps each, 40 in all.
+    The launch bounds promise 40 / (warps a block) blocks, so a block's warps divide 40: ptxas then
+    allots exactly 48 registers (with 35 warps promised, as 5 blocks of 7, it allotted 56 and the
+    cross-entropy instance spilled at that; at 48, none does: NVRTC's report, tests/test_fast.py).
+    Rows that need more than 20 warps a block take any number of warps, one block an SM."""
+    vecs: int = 5
+    clusters: tuple = (8, 16)
+    registers: int = 48
+
+    def sm_warps(self, warp_size: int = 32) -> int:
+        return 4 * (65536 // 4 // (self.registers * warp_size))
+
+    def threads(self, need: int, warp_size: int = 32) -> tuple:
+        """(threads a block, blocks an SM promised) for a block of at least `need` threads."""
+        warps = self.sm_warps(warp_size)
+        for w in range(1, warps // 2 + 1):  # (an SM runs at most 32 blocks)
+            if warps % w == 0 and warps // w <= 32 and w * warp_size >= need:
+                return w * warp_size, warps // w
+        return _round_up(need, warp_size), 1
+
+
+@dataclass(frozen=True)
 class Strategies:
     """The mapping for one element size. The first row of each list that holds the row wins."""
     warp_max_vectors: int          # rows of up to this many 16-byte vectors go to lanes of a warp
@@ -72,7 +101,7 @@ class Strategies:
     # misaligned rows of 8 or more vectors a thread are compiled for 1024 threads (the plain
     # softmax's 512-thread instance spilled); 0: for the threads they launch, like the others
     wide_misaligned_bound: int = 1024
-    misaligned_cluster_threads: int = 1024  # the largest block of a misaligned cluster row
+    misaligned_fit: MisalignedFit = MisalignedFit()  # misaligned rows past the block tiers
     warp_min_vecs: int = 2         # vectors a lane at least: fewer lanes a row, more rows a warp
     kernels: str = ""              # the op whose kernels run these rows, where not the op's own
 
@@ -127,9 +156,8 @@ TABLE = {
 #     threads an SM, where floats held 640). The raw form lost at 2048 and 4096 keys
 #     (bench/sweeps/fast_configs.py --claim causal-raw-rows);
 #   - cross_entropy: fp16's 8 x 8 x 128 cluster tier promises 6 blocks an SM, not 7; misaligned
-#     16-bit rows of more than 262144 logits are read twice (their 512-thread cluster tier spilled);
 #     fp32 rows of more than 16384 go to a cluster instead of a 1024-thread block (misaligned:
-#     spilled), and misaligned fp32 rows take the 512-thread cluster tiers (at 1024, spilled).
+#     spilled).
 OP_TABLES = {
     "softmax": TABLE,
     "scale_mask_softmax": {
@@ -138,9 +166,8 @@ OP_TABLES = {
         2: replace(TABLE[2], block_tiers=(BlockTier(vecs=8, max_threads=128), BlockTier(vecs=4, max_threads=512)),
                    wide_misaligned_bound=0, cluster_tiers=(), twopass_vecs=2)},
     "cross_entropy": {
-        4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3], wide_misaligned_bound=0,
-                   misaligned_cluster_threads=512),
-        2: replace(TABLE[2], misaligned_cluster_threads=256, cluster_tiers=tuple(replace(c, min_blocks=6) if (c.vecs, c.cluster, c.min_blocks) == (8, 8, 7)
+        4: replace(TABLE[4], block_tiers=TABLE[4].block_tiers[:3], wide_misaligned_bound=0),
+        2: replace(TABLE[2], cluster_tiers=tuple(replace(c, min_blocks=6) if (c.vecs, c.cluster, c.min_blocks) == (8, 8, 7)
                                                  else c for c in TABLE[2].cluster_tiers))},
 }
 OP_TABLES["scale_span_softmax"] = {
@@ -263,14 +290,12 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
                             params[1])
     # 3. long rows: a cluster of blocks per row, (m, s) exchanged through distributed shared memory;
     #    as many clusters as fit at once, sharing the rows through a ticket counter
-    if max_cluster >= 2 and want in (None, "cluster"):
+    if max_cluster >= 2 and want in (None, "cluster") and al == "false" and (t.cluster_tiers or want):
+        fit = _fit_misaligned(rv, t.misaligned_fit, max_cluster, warp_size, override)
+        if fit is not None:
+            return _cluster_plan(rv, rows, ctype, al, kop, *fit, resident, "fitted to the row")
+    elif max_cluster >= 2 and want in (None, "cluster"):
         tiers = _cluster_tiers(t, size, forced=want == "cluster")
-        if al == "false":
-            # a misaligned row is loaded element by element, which needs more registers than
-            # several blocks per SM would leave, and more than 8 vectors' worth spills: the same
-            # row share in twice the threads where a tier has more, one block per SM promised
-            tiers = [ClusterTier(min(c.vecs, 8), c.cluster, c.max_threads * c.vecs // min(c.vecs, 8), 1) for c in tiers]
-            tiers = [c for c in tiers if c.max_threads <= t.misaligned_cluster_threads]
         tiers = [ClusterTier(override.get("vecs", c.vecs), override.get("cluster", c.cluster), c.max_threads,
                              override.get("min_blocks", c.min_blocks)) for c in tiers]  # overrides win
         # the first tier within its thread limit; a forced cluster may also take up to 1024 threads
@@ -279,17 +304,9 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
         for tier, limit in strict + relaxed:
             threads = override.get("threads", _round_up(-(-rv // (tier.vecs * tier.cluster)), warp_size))
             if threads <= limit and tier.cluster <= max_cluster and tier.cluster * threads * tier.vecs >= rv:
-                # launched at its bound: the kernel's share of the row is then a compile-time
-                # constant (cuda/softmax_fast.cu); the threads past the row hold -inf
-                threads = _bound(threads)
-                params = (tier.vecs, tier.cluster, threads, tier.min_blocks)
-                name = _instance("cluster", ctype, params, al, kop)
-                fit = resident(name, tier.cluster, threads) if resident else max(1, SMS * tier.min_blocks // tier.cluster)
-                k = max(1, min(rows, fit))
-                return Plan("cluster", name, params, k * tier.cluster, threads, -(-rows // k),
-                            f"{rv} vectors per row: {tier.cluster} blocks x {threads} threads x {tier.vecs} vectors"
-                            + (f" (up to {tier.min_blocks} blocks per SM)" if tier.min_blocks > 1 else "")
-                            + f", {k} clusters share the rows", threads)
+                # launched at its bound, a power of two (few instances for the row lengths of one tier)
+                return _cluster_plan(rv, rows, ctype, al, kop, tier.vecs, tier.cluster, _bound(threads),
+                                     tier.min_blocks, resident)
     if want in ("block", "cluster"):
         raise ValueError(f"no {want} configuration holds {cols} columns of {dtype} in registers")
     # 4. anything else: read the row twice
@@ -298,6 +315,44 @@ def plan(cols: int, dtype: str = "float32", rows: int = 1, *, clusters: int = MA
     why = "the loss alone keeps no row on chip: one read" if op in ONE_READ else \
         "row too long to keep on chip" + ("" if max_cluster >= 2 else " without clusters") + ": two reads"
     return Plan("2pass", _instance("2pass", ctype, (vecs,), al, kop), (vecs,), rows, threads, 1, why, TWOPASS_THREADS)
+
+
+def _cluster_plan(rv: int, rows: int, ctype: str, al: str, kop: str, vecs: int, cluster: int, threads: int,
+                  min_blocks: int, resident, how: str = "") -> Plan:
+    """A cluster launch of `threads` a block, its launch bound: the kernel's share of the row is then
+    a compile-time constant (cuda/softmax_fast.cu, cluster_rows); the threads past the row hold -inf.
+    As many clusters as fit on the GPU at once (`resident`, as plan()'s) share the rows."""
+    params = (vecs, cluster, threads, min_blocks)
+    name = _instance("cluster", ctype, params, al, kop)
+    fit = resident(name, cluster, threads) if resident else max(1, SMS * min_blocks // cluster)
+    k = max(1, min(rows, fit))
+    return Plan("cluster", name, params, k * cluster, threads, -(-rows // k),
+                f"{rv} vectors per row: {cluster} blocks x {threads} threads x {vecs} vectors"
+                + (f" (up to {min_blocks} blocks per SM)" if min_blocks > 1 else "")
+                + (f", {how}" if how else "") + f", {k} clusters share the rows", threads)
+
+
+def _fit_misaligned(rv: int, fit: MisalignedFit, max_cluster: int, warp_size: int, override: dict):
+    """(vecs, cluster, threads, min_blocks) of a misaligned row's cluster (MisalignedFit), or None
+    where no cluster of at most 1024 threads a block holds it. Overrides fix a field; the best fit
+    is the one that leaves the fewest vector slots empty, the larger cluster (smaller blocks, more
+    of them an SM) on a tie."""
+    best = None
+    for cluster in ([override["cluster"]] if "cluster" in override else sorted(fit.clusters)):
+        if not 2 <= cluster <= max_cluster:
+            continue
+        vecs = override.get("vecs", fit.vecs)
+        threads, blocks = fit.threads(-(-rv // (cluster * vecs)), warp_size)
+        threads = override.get("threads", threads)
+        if threads > 1024 or cluster * threads * vecs < rv:
+            continue
+        empty = cluster * threads * vecs - rv
+        if best is None or empty <= best[0]:  # (clusters ascending)
+            best = (empty, vecs, cluster, threads, blocks)
+    if best is None:
+        return None
+    _, vecs, cluster, threads, blocks = best
+    return vecs, cluster, threads, override.get("min_blocks", blocks)
 
 
 def _cluster_tiers(t: Strategies, size: int, forced: bool) -> list:

@@ -450,9 +450,10 @@ struct RowPart {
   template <class Row>
   __device__ __forceinline__ void load(const T* __restrict__ xr, int cols, int t, int G, Row& row, int base = 0) {
     if constexpr (!ALIGNED) lead = lead_of(xr);
-    // Misaligned rows take this path where the thread holds whole vectors only if the Row writes
-    // nothing (the loss alone): keeping both paths spilled in some 16-bit instances that store.
-    if (ALIGNED || (!Row::WRITES && ends_inside<VECS, N>(base - lead, t, G, cols))) {
+    // Misaligned rows take this path where the thread holds whole vectors, except in 16-bit rows
+    // that store: with both paths, some of their instances spilled (NVRTC's report); fp32 and
+    // loss-only instances did not.
+    if (ALIGNED || ((!Row::WRITES || N == 4) && ends_inside<VECS, N>(base - lead, t, G, cols))) {
 #pragma unroll
       for (int j = 0; j < VECS; ++j) {
         const int c0 = base + (j * G + t) * N - lead;  // the vector's first column (below 0: before the row)
@@ -592,19 +593,10 @@ struct RowBits {
 #pragma unroll
     for (int j = 0; j < VECS; ++j) {
       const int c0 = (j * G + t) * N - lead;
-      if (whole || c0 + N <= cols) {  // one vector (misaligned: its columns below 0 become -inf)
+      if (whole || c0 + N <= cols) {  // one vector (misaligned: the columns below 0 are dropped below)
         const bool inside = row.reads(c0, N, cols);
         if constexpr (HINTED) u[j] = load16_if(xr + c0, inside, NEG_INF2);
         else u[j] = inside ? *reinterpret_cast<const uint4*>(xr + c0) : make_uint4(NEG_INF2, NEG_INF2, NEG_INF2, NEG_INF2);
-        if (!ALIGNED && c0 < 0) {
-          unsigned w[4] = {u[j].x, u[j].y, u[j].z, u[j].w};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            if (c0 + 2 * k < 0) w[k] = (w[k] & 0xffff0000u) | (NEG_INF2 & 0xffffu);
-            if (c0 + 2 * k + 1 < 0) w[k] = (w[k] & 0xffffu) | (NEG_INF2 & 0xffff0000u);
-          }
-          u[j] = make_uint4(w[0], w[1], w[2], w[3]);
-        }
       } else {  // reaches past the row's end: one element at a time, paired up; missing ones are -inf
         unsigned w[4];
 #pragma unroll
@@ -616,6 +608,17 @@ struct RowBits {
         u[j] = make_uint4(w[0], w[1], w[2], w[3]);
       }
       row.see(xr, c0, N);
+    }
+    // The row's first vector (thread 0's first): its columns below 0 dropped once, after the loads,
+    // not vector by vector inside the loop, where the test's branch would sit between the loads
+    if (!ALIGNED && t * N - lead < 0) {
+      unsigned w[4] = {u[0].x, u[0].y, u[0].z, u[0].w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (2 * k < lead) w[k] = (w[k] & 0xffff0000u) | (NEG_INF2 & 0xffffu);
+        if (2 * k + 1 < lead) w[k] = (w[k] & 0xffffu) | (NEG_INF2 & 0xffff0000u);
+      }
+      u[0] = make_uint4(w[0], w[1], w[2], w[3]);
     }
   }
 

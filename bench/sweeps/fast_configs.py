@@ -49,11 +49,16 @@ CLAIMS = {
                         "against 2048 threads an SM (32 registers, with a small spill)",
                         [("bfloat16", [2048, 4096, 8192], ["", "-DA07_BLOCK_MIN_THREADS=2048"], "scale_mask"),
                          ("bfloat16", [4096], ["", "-DA07_BLOCK_MIN_THREADS=2048"])]),
-    "misaligned-cluster-occupancy": ("16-bit rows off a 16-byte boundary (odd lengths) in clusters: the table's one "
-                                     "block an SM, kept from the element loads, against the aligned tier's six (the "
-                                     "vector loads compile to the same 78-80 registers, no spill)",
-                                     [("bfloat16", [32767, 50257],
-                                       ["", "strategy=cluster cluster=8 vecs=8 threads=128 min_blocks=6"])]),
+    "misaligned-cluster-fit": ("rows off a 16-byte boundary (odd lengths) in clusters, the softmax and the cross-entropy "
+                               "loss + gradient: the table's fit (5 vectors a thread, blocks of warps that divide the "
+                               "40 an SM holds at 48 registers, the best-filled cluster) against the tiers it replaced "
+                               "(8 vectors a thread, a power-of-two block, one block an SM promised)",
+                               [("bfloat16", [32767, 50257], ["", "strategy=cluster cluster=8 vecs=8 threads=128 min_blocks=1"]),
+                                ("float32", [50257], ["", "strategy=cluster cluster=8 vecs=8 threads=256 min_blocks=1"]),
+                                ("bfloat16", [50257], ["", "strategy=cluster cluster=8 vecs=8 threads=128 min_blocks=1"],
+                                 "cross_entropy"),
+                                ("float32", [50257], ["", "strategy=cluster cluster=8 vecs=8 threads=256 min_blocks=1"],
+                                 "cross_entropy")]),
     "causal-block-tiers": ("causal scale-mask rows in blocks (square scores, each row read up to its diagonal): the "
                            "table's fewer threads with more vectors each, against the softmax's block tiers",
                            [("float32", [512, 1024, 4096, 8192], ["", "strategy=block vecs=2"], "scale_mask_causal"),
@@ -93,7 +98,7 @@ SCALE = 0.08838834764831843  # 1 / sqrt(128), the scale of bench/scale_mask.py
 # scale runs the scaled kernel (fast.scale_mask_softmax); a causal one, with no mask tensor, the
 # span kernel
 PLAN_OP = {"softmax": "softmax", "scale_mask": "scaled_softmax", "scale_mask_causal": "scale_span_softmax",
-           "cross_entropy_loss": "cross_entropy_loss"}
+           "cross_entropy_loss": "cross_entropy_loss", "cross_entropy": "cross_entropy"}
 
 
 def parse_config(text: str):
@@ -122,8 +127,8 @@ def measure(dtype: str, cols: int, configs, rounds: int, op: str = "softmax"):
     rows = bench.TOTAL // cols
     x = (torch.randn(rows, cols, device="cuda") * 4).to(getattr(torch, dtype))
     out = torch.empty_like(x)
-    if op == "cross_entropy_loss":
-        return _measure_loss(x, cols, dtype, configs, rounds, b)
+    if op in ("cross_entropy_loss", "cross_entropy"):
+        return _measure_loss(x, cols, dtype, configs, rounds, b, grad=op == "cross_entropy")
     scores = x.double() * (1.0 if op == "softmax" else SCALE)
     if op == "scale_mask_causal":  # query i = row % cols sees keys 0..i
         q = torch.arange(rows, device="cuda") % cols
@@ -172,9 +177,11 @@ def _timed(fns, configs, described, errs, tolerance: float, x, rounds: int, b, t
     return rows_out, gbps
 
 
-def _measure_loss(x, cols: int, dtype: str, configs, rounds: int, b):
-    """measure() for the loss alone: each configuration's per-row losses against float64 (relative
-    to the largest |loss|; fp32 arithmetic whatever the logits' dtype), then timed against the copy."""
+def _measure_loss(x, cols: int, dtype: str, configs, rounds: int, b, grad: bool = False):
+    """measure() for the loss alone, or (grad) the loss and its gradient: each configuration's
+    per-row losses against float64 (relative to the largest |loss|; fp32 arithmetic whatever the
+    logits' dtype), and the gradient of its first 64 rows (relative to the largest |gradient|), then
+    timed against the copy (the gradient's write counted as a second traversal)."""
     import torch
 
     from a07_softmax import accuracy, fast
@@ -187,19 +194,31 @@ def _measure_loss(x, cols: int, dtype: str, configs, rounds: int, b):
     x64 = x.double()
     ref = torch.logsumexp(x64, -1) - x64.gather(1, t.clamp(min=0)[:, None])[:, 0]
     ref[t == -100] = 0.0
+    ref_grad = torch.softmax(x64[:64], -1)
+    ref_grad[torch.arange(64, device="cuda"), t[:64].clamp(min=0)] -= 1.0
+    ref_grad[t[:64] == -100] = 0.0
     del x64
     dst = torch.empty_like(x)
+    g = dst if grad else None  # the gradient is written over the copy's destination (timed apart)
+    op = "cross_entropy" if grad else "cross_entropy_loss"
     fns, described, errs = {"copy": lambda: dst.copy_(x)}, {}, {}
     for cfg in configs:
         overrides, defines = parse_config(cfg)
         if defines:
             raise ValueError("the loss sweep takes plan overrides only")
-        described[cfg] = fast.plan(cols, dtype, rows, op="cross_entropy_loss", **overrides).describe()
-        fn = (lambda o=overrides: CE._launch_cuda(x, t, -100, "none", 0.0, 0.0, None, override=o))
+        described[cfg] = fast.plan(cols, dtype, rows, op=op, **overrides).describe()
+        fn = (lambda o=overrides: CE._launch_cuda(x, t, -100, "none", 0.0, 0.0, g, override=o))
+        if grad:
+            dst.fill_(float("nan"))  # poisoned: a row the kernel skips shows
         loss = fn()
-        errs[cfg] = float(((loss.double() - ref).abs().max() / ref.abs().max()).nan_to_num(float("inf")))
+        err = ((loss.double() - ref).abs().max() / ref.abs().max()).nan_to_num(float("inf"))
+        if grad:
+            gerr = ((dst[:64].double() - ref_grad).abs().max() / ref_grad.abs().max()).nan_to_num(float("inf"))
+            err = max(err, gerr)
+        errs[cfg] = float(err)
         fns[cfg or "table"] = fn
-    return _timed(fns, configs, described, errs, accuracy.tolerance("float32"), x, rounds, b, traversals=1)
+    tol = accuracy.tolerance(dtype if grad else "float32")
+    return _timed(fns, configs, described, errs, tol, x, rounds, b, traversals=2 if grad else 1)
 
 
 def run(sweeps, rounds: int, print_=print):
