@@ -447,11 +447,11 @@ def test_a_forced_strategy_that_cannot_hold_the_row_is_refused():
 @pytest.mark.parametrize("rows, resident", [(1, None), (7, 3), (9, 1), (16, 2), (17, 4), (300, None), (301, 5)])
 @pytest.mark.parametrize("dtype, cols, clusters, blocks", [
     ("float32", 65536, 16, 2),     # 2 blocks, loaded straight into registers as floats
-    ("float32", 65537, 16, 8),     # misaligned: 16385 vectors with the lead, 8 blocks of 512 threads
+    ("float32", 65537, 16, 16),    # misaligned: 16385 vectors with the lead, fitted: 16 blocks of 256 threads
     ("bfloat16", 32768, 16, 4),    # 4 blocks of 128 threads holding raw 16-bit pairs, 6 per SM
-    ("bfloat16", 32767, 16, 8),    # misaligned: the vector grid starts up to 7 elements early, 4097 vectors
+    ("bfloat16", 32767, 16, 16),   # misaligned: the vector grid starts up to 7 elements early, 4097 vectors
     ("float16", 65536, 16, 8),
-    ("float16", 65537, 16, 8),
+    ("float16", 65537, 16, 16),   # misaligned: 8193 vectors, 8 x 256 and 16 x 128 tie: the smaller blocks
     ("float32", 262144, 16, 16),   # 16 blocks (non-portable cluster)
     ("float32", 262144, 8, 8),     # the portable fallback: 8 blocks of 1024 threads
     ("bfloat16", 131072, 8, 8),
@@ -476,9 +476,9 @@ def test_cluster_tickets_and_cluster_sizes(rows, resident, dtype, cols, clusters
 
 
 def test_tuning_overrides_hold_on_misaligned_rows():
-    """A misaligned row maps the table's tiers to at most 8 vectors, one block per SM (a rule kept from
-    element loads: docs/performance.md, open questions), but an explicit override (a tuning
-    experiment) is taken as given, not silently rewritten."""
+    """A misaligned row is fitted to its length (fast.MisalignedFit: 5 vectors a thread; one block
+    an SM where a block needs more than 20 warps), but an explicit override (a tuning experiment) is
+    taken as given, not silently rewritten."""
     auto = fast.plan(262147, "bfloat16", aligned=False)
     assert auto.params[0] <= 8 and auto.params[3] == 1
     forced = fast.plan(262147, "bfloat16", aligned=False, vecs=16, min_blocks=2, strategy="cluster")
