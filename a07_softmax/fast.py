@@ -73,10 +73,15 @@ class MisalignedFit:
     The launch bounds promise 40 / (warps a block) blocks, so a block's warps divide 40: ptxas then
     allots exactly 48 registers (with 35 warps promised, as 5 blocks of 7, it allotted 56 and the
     cross-entropy instance spilled at that; at 48, none does: NVRTC's report, tests/test_fast.py).
-    Rows that need more than 20 warps a block take any number of warps, one block an SM."""
+    Rows that need more than 20 warps a block take any number of warps, one block an SM.
+
+    Blocks have at least `min_warps` warps: at 32767 bf16 columns, 16 blocks of 2 warps (20 an SM)
+    ran the softmax at half the copy's rate, 8 blocks of 4 warps (10 an SM) holding the same slots
+    at 82 % (H200; the sweep's claim repeats it)."""
     vecs: int = 5
     clusters: tuple = (8, 16)
     registers: int = 48
+    min_warps: int = 4
 
     def sm_warps(self, warp_size: int = 32) -> int:
         return 4 * (65536 // 4 // (self.registers * warp_size))
@@ -84,7 +89,7 @@ class MisalignedFit:
     def threads(self, need: int, warp_size: int = 32) -> tuple:
         """(threads a block, blocks an SM promised) for a block of at least `need` threads."""
         warps = self.sm_warps(warp_size)
-        for w in range(1, warps // 2 + 1):  # (an SM runs at most 32 blocks)
+        for w in range(self.min_warps, warps // 2 + 1):  # (an SM runs at most 32 blocks)
             if warps % w == 0 and warps // w <= 32 and w * warp_size >= need:
                 return w * warp_size, warps // w
         return _round_up(need, warp_size), 1

@@ -157,7 +157,8 @@ template <class State> __device__ __forceinline__ State block_reduce(State st) {
 // Row operations. A kernel body asks its Op for a Row object per row (op.row(r, cols); a
 // default-constructed Row is a row with nothing to read) and calls, in this order:
 //   reads(c0, n, cols)   load the n elements from column c0? (false: they count as -inf)
-//   see(xr, c0, n)       once per vector a thread owns, before anything is written (in place too)
+//   see(xr, c0, n)       once per vector a thread owns, before anything is written (in place too);
+//   see_all(xr, c, d, k, n)  or once for all of them, the k vectors at c + j * d (RowBits)
 //   score(c, x)          what the softmax sees for element x of column c (SCORES only)
 //   exp_factor()         k in exp2((x - m) * k) for the values a RowPart holds: log2(e), unless
 //   state_max(m)         the Row folds a positive scale into the exp; then the row's max in
@@ -178,6 +179,7 @@ struct SoftmaxRow {
   static constexpr bool SCORES = false, OUTPUTS = false, SUMS = false, WRITES = true;
   __device__ __forceinline__ bool reads(int c0, int, int cols) const { return c0 < cols; }
   template <class T> __device__ __forceinline__ void see(const T*, int, int) {}
+  template <class T> __device__ __forceinline__ void see_all(const T*, int, int, int, int) {}
   __device__ __forceinline__ float score(int, float x) const { return x; }
   __device__ __forceinline__ float exp_factor() const { return LOG2E; }
   __device__ __forceinline__ float state_max(float m) const { return m; }
@@ -203,6 +205,7 @@ struct ScaledRow {
   float scale = 1.0f;
   __device__ __forceinline__ bool reads(int c0, int, int cols) const { return c0 < cols; }
   template <class T> __device__ __forceinline__ void see(const T*, int, int) {}
+  template <class T> __device__ __forceinline__ void see_all(const T*, int, int, int, int) {}
   __device__ __forceinline__ float score(int, float x) const { return x * scale; }
   __device__ __forceinline__ bool hidden(int, int) const { return false; }
   __device__ __forceinline__ bool whole(int, int) const { return true; }
@@ -242,6 +245,7 @@ struct ScaleMaskRow {
   __device__ __forceinline__ const T* mask() const { return MASKED ? mask_ : nullptr; }
   __device__ __forceinline__ bool reads(int c0, int n, int) const { return !hidden(c0, n); }
   template <class U> __device__ __forceinline__ void see(const U*, int, int) {}
+  template <class U> __device__ __forceinline__ void see_all(const U*, int, int, int, int) {}
   // Columns [c0, c0 + n) wholly outside the span (never read: every score -inf), or wholly inside.
   __device__ __forceinline__ bool hidden(int c0, int n) const { return c0 >= hi || c0 + n <= lo; }
   __device__ __forceinline__ bool whole(int c0, int n) const { return c0 >= lo && c0 + n <= hi; }
@@ -364,6 +368,10 @@ struct CrossEntropyRow {
   __device__ __forceinline__ bool wants_sum() const { return off > 0.0f; }  // label smoothing only
   template <class U> __device__ __forceinline__ void see(const U* xr, int c0, int n) {
     if (target >= c0 && target < c0 + n) holds_target = true, x_t = Vec<U>::scalar(xr[target]);
+  }
+  template <class U> __device__ __forceinline__ void see_all(const U* xr, int c_first, int stride, int count, int n) {
+    const int d = target - c_first;
+    if (d >= 0 && d < count * stride && d % stride < n) holds_target = true, x_t = Vec<U>::scalar(xr[target]);
   }
   __device__ __forceinline__ float score(int, float x) const { return x; }
   __device__ __forceinline__ float exp_factor() const { return LOG2E; }
@@ -607,8 +615,12 @@ struct RowBits {
         }
         u[j] = make_uint4(w[0], w[1], w[2], w[3]);
       }
-      row.see(xr, c0, N);
     }
+    // Asked once, after the loads: asked vector by vector, the test and its load sat between the
+    // row's loads and the 16-bit cross-entropy ran 1 to 1.5 points slower. RowPart keeps the
+    // per-vector form: asked once there, the fp32 cluster row of 262144 columns ran a fifth slower,
+    // not understood (docs/performance.md, the cross-entropy section)
+    row.see_all(xr, t * N - lead, G * N, VECS, N);
     // The row's first vector (thread 0's first): its columns below 0 dropped once, after the loads,
     // not vector by vector inside the loop, where the test's branch would sit between the loads
     if (!ALIGNED && t * N - lead < 0) {

@@ -60,12 +60,14 @@ def test_plan_covers_the_row_and_fits_the_hardware(dtype, cols):
 def test_a_misaligned_cluster_row_is_fitted_to_its_length(dtype, clusters):
     """Odd lengths past the block tiers: the cluster holds the row with its lead (the elements before
     it in its first vector), its blocks' warps divide the warps an SM holds at the fit's register
-    budget (so the launch bound promises exactly that budget), and no other cluster size or block of
-    the allowed sizes leaves fewer vector slots empty."""
+    budget (so the launch bound promises exactly that budget), a block has at least the fit's
+    fewest warps, and no other cluster size or block of the allowed sizes leaves fewer vector slots
+    empty."""
     fit = fast.OP_TABLES["cross_entropy"][fast.DTYPES[dtype][1]].misaligned_fit
     n = 16 // fast.DTYPES[dtype][1]
     warps = fit.sm_warps()
-    sizes = [w * 32 for w in range(1, warps // 2 + 1) if warps % w == 0 and warps // w <= 32]
+    sizes = [w * 32 for w in range(1, warps // 2 + 1) if warps % w == 0 and warps // w <= 32 and w >= fit.min_warps]
+    assert sizes and fit.min_warps >= 2
     seen = 0
     for cols in range(16001, 330000, 9973):
         p = fast.plan(cols, dtype, 4096, clusters=clusters, op="cross_entropy", aligned=False)
