@@ -451,7 +451,7 @@ def test_a_forced_strategy_that_cannot_hold_the_row_is_refused():
     ("float32", 65536, 16, 2),     # 2 blocks, loaded straight into registers as floats
     ("float32", 65537, 16, 16),    # misaligned: 16385 vectors with the lead, fitted: 16 blocks of 256 threads
     ("bfloat16", 32768, 16, 4),    # 4 blocks of 128 threads holding raw 16-bit pairs, 6 per SM
-    ("bfloat16", 32767, 16, 16),   # misaligned: the vector grid starts up to 7 elements early, 4097 vectors
+    ("bfloat16", 32767, 16, 8),    # misaligned: the grid starts up to 7 elements early, 4097 vectors: 8 x 128 (4 warps at least)
     ("float16", 65536, 16, 8),
     ("float16", 65537, 16, 16),   # misaligned: 8193 vectors, 8 x 256 and 16 x 128 tie: the smaller blocks
     ("float32", 262144, 16, 16),   # 16 blocks (non-portable cluster)
