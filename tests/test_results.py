@@ -605,8 +605,7 @@ def test_docs_performance_reads_the_scale_mask_run():
         (f" and missed at {', '.join(map(str, missed16))};" if missed16 else ";") in doc
     mid = {s_: v["fast"] / v["copy"] for s_, v in rows["bfloat16", True].items() if 2048 <= s_ <= 8192}
     assert f"from 2048 to 8192 the rows take {min(mid.values()):.2f}-{max(mid.values()):.2f} of the copy's time" in doc
-    assert all(abs(mid[s_] - 0.8) < 0.8 * 0.005 for s_ in (2048, 8192)) and \
-        "2048 and 8192 sit within half a percent of 0.8" in doc
+    assert f"(4096: {mid[4096]:.3f}, 8192: {mid[8192]:.3f}" in doc
     assert f"bf16 causal: {min(x('bfloat16', True)):.2f}-{max(x('bfloat16', True)):.2f} times the copy" in doc
     assert min(pct("float32", False, every) + pct("bfloat16", False, every)) >= 95 and \
         "so the issue's 95 % holds at every S in both" in doc
