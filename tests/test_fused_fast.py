@@ -384,6 +384,28 @@ def test_cross_entropy_each_cpu_strategy_and_the_loss_alone(rng, strategy, vocab
     assert np.isnan(untouched).all(), "the loss-only kernel must not write the gradient (it was poisoned)"
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("strategy,cols,override", [("block", 512, dict(vecs=2, threads=32)),
+                                                    ("warp", 256, dict(vecs=4, group=8))])
+def test_cross_entropy_raw_rows_find_the_target_in_every_column(rng, dtype, strategy, cols, override):
+    """16-bit rows held as raw bits (RowBits, the layout of the 16-bit clusters) look for the
+    target's column once, after the loads (see_all in cuda/softmax_fast.cu): the thread whose
+    vectors hold it must read x_t, write the loss and subtract the one-hot there. Row r's target is
+    column r, so every column of every thread's every vector (first and last element, first and
+    last vector) is the target once."""
+    x = rng.normal(0, 4, size=(cols, cols))
+    t = np.arange(cols)
+    p = fast.plan(cols, dtype, cols, op="cross_entropy", strategy=strategy, raw=1, **override)
+    assert "raw bits" in p.describe(), p.describe()
+    loss, grad = fast.cross_entropy_on_cpu(x, t, dtype, strategy=strategy, raw=1, **override)
+    ref_loss, ref_grad = CE.reference(_rounded(x, dtype), t, reduction="none")
+    for r in range(cols):
+        where = f"{dtype} {strategy} raw rows, target column {r} (vector {r // 8}, element {r % 8})"
+        _loss_close(loss[r:r + 1], ref_loss[r:r + 1], where)
+        assert _grad_err(grad[r:r + 1], ref_grad[r:r + 1]) <= accuracy.tolerance(dtype), \
+            f"gradient, {where}: the one-hot at the target was not subtracted where it lies"
+
+
 def test_rows_with_no_softmax_or_no_valid_target_are_nan(rng):
     """All -inf logits: no softmax exists, loss and gradient NaN (as PyTorch); a target outside the
     vocabulary (refused on the host before a launch) would give NaN, never a silent 0."""
