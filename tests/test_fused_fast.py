@@ -371,6 +371,47 @@ def test_cross_entropy_kernel_matches_float64_on_the_cpu(rng, dtype, vocab, smoo
     assert not grad[1].any() and loss[1] == 0, "an ignored row: zero gradient, zero loss"
 
 
+_FLOAT_ROWS = [(d, dict(strategy=s)) for d in DTYPES for s in ("warp", "block", "2pass")]
+_RAW_ROWS = [(d, h) for d in ("bfloat16", "float16")
+             for h in (dict(strategy="block", raw=1, vecs=2, threads=64), dict(strategy="warp", raw=1, vecs=4, group=8))]
+
+
+@pytest.mark.parametrize("dtype,how", _FLOAT_ROWS + _RAW_ROWS, ids=str)
+@pytest.mark.parametrize("grad_scale", [1.0, "tiny", "large", -0.5, 0.0])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_cross_entropy_gradient_for_every_sign_of_its_factor(rng, dtype, how, grad_scale, smoothing):
+    """The gradient is p k - eps / V with k = (1 + 2 z lse) grad_scale (CrossEntropyRow::out() in
+    cuda/softmax_fast.cu), in float rows (RowPart) and raw 16-bit rows (RowBits). The z-loss makes
+    1 + 2 z lse negative in the rows whose logits sit far below 0, so each grad_scale meets k of
+    both signs, and 0; with and without label smoothing (the eps / V)."""
+    # far from 1, yet within what the dtype's gradient can hold (fp16 underflows below 6e-8 and
+    # overflows past 65504; k reaches 5.5 grad_scale in row 1)
+    grad_scale = {"tiny": 2.0 ** (-10 if dtype == "float16" else -40),
+                  "large": 2.0 ** (6 if dtype == "float16" else 15)}.get(grad_scale, grad_scale)
+    vocab = ({"warp": 256, "block": 512} if how.get("raw") else {"warp": 100, "block": 3000, "2pass": 5001})[how["strategy"]]
+    rows = 6
+    x = rng.normal(0, 3, size=(rows, vocab)) + np.array([-40, 40, -25, 5, -60, 0])[:, None]
+    t = rng.integers(0, vocab, size=rows)
+    t[0], t[1] = 0, vocab - 1
+    z = 0.05   # 1 + 2 z lse < 0 where lse < -10: rows 0, 2 and 4
+    loss, grad = fast.cross_entropy_on_cpu(x, t, dtype, label_smoothing=smoothing, z_loss=z,
+                                           grad_scale=grad_scale, **how)
+    seen = _rounded(x, dtype)
+    ref_loss, ref_grad = CE.reference(seen, t, reduction="none", label_smoothing=smoothing, z_loss=z)
+    m = seen.max(axis=1)
+    lse = m + np.log(np.exp(seen - m[:, None]).sum(axis=1))
+    assert (1 + 2 * z * lse < 0).sum() == 3 and (1 + 2 * z * lse > 0).sum() == 3, "the rows must give k both signs"
+    for r in range(rows):
+        where = f"{dtype} {how}, grad_scale {grad_scale}, smoothing {smoothing}, row {r}"
+        _loss_close(loss[r:r + 1], ref_loss[r:r + 1], where)
+        want = grad_scale * ref_grad[r]
+        if grad_scale == 0.0:
+            assert not grad[r].any(), f"gradient, {where}: a zero upstream gradient must give zeros"
+        else:
+            assert _grad_err(grad[r], want) <= accuracy.tolerance(dtype), \
+                f"gradient, {where}: p k - eps / V with k = (1 + 2 z lse) grad_scale is off"
+
+
 @pytest.mark.parametrize("strategy,vocab", [("warp", 100), ("block", 3000), ("2pass", 5001)])
 def test_cross_entropy_each_cpu_strategy_and_the_loss_alone(rng, strategy, vocab):
     x = rng.normal(0, 8, size=(6, vocab))
