@@ -391,7 +391,12 @@ def test_docs_performance_quotes_the_attention_and_cross_entropy_runs():
     at4096 = {hd: next(r["causal_speedup"] for r in rows if r["causal"] and r["seq"] == 4096 and r["head_dim"] == hd)
               for hd in (64, 128)}
     assert f"The least is at S = 4096: {at4096[64]:.3f} at head dim 64 and {at4096[128]:.3f} at 128" in doc
-    assert at4096[64] >= 1.8 > at4096[128] and "The issue's 1.8 is reached at head dim 64 and not at 128 (S = 4096)" in doc
+    met = tuple(hd for hd in (64, 128) if at4096[hd] >= 1.8)  # the doc says which head dims reach the 1.8
+    verdict = {(64, 128): "The issue's 1.8 is reached at both head dims (S = 4096)",
+               (64,): "The issue's 1.8 is reached at head dim 64 and not at 128 (S = 4096)",
+               (128,): "The issue's 1.8 is reached at head dim 128 and not at 64 (S = 4096)",
+               (): "The issue's 1.8 is reached at neither head dim (S = 4096)"}[met]
+    assert verdict in doc, verdict
     runs = {(r["impl"], r["head_dim"], r["seq"], r["causal"]): r["ms"] for r in results.load_attention()["runs"]}
 
     def own_ratio(impl, hd):
