@@ -285,19 +285,29 @@ def ce_reference(x, t, ignore_index=-100):
         return reference(x, t, ignore_index=ignore_index, reduction="none")
 
 
-def ce_grad_mismatch(got, ref) -> str | None:
+def ce_grad_mismatch(got, ref, dtype: str = "float32") -> str | None:
     """A gradient entry is a difference (p - onehot) that can cancel to nothing, so it is judged
-    normwise: the largest error against the largest entry of the row's gradient (1 at most)."""
+    normwise: float32, the largest error against 1 (a row's largest entry, at most); a 16-bit
+    gradient, each row's largest error against that row's largest entry, within the dtype's
+    tolerance (a row whose target is nearly certain has entries of 1e-3: rounding p_t to the dtype
+    before subtracting 1 loses them)."""
+    from .accuracy import tolerance
+
     got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     if got.shape != ref.shape:
         return f"output shape {got.shape}, expected {ref.shape}"
     err = np.abs(got - ref)
     err[~np.isfinite(got)] = np.inf
     err[np.isnan(got) & np.isnan(ref)] = 0.0   # a row that reads a NaN logit is NaN (docs/contract.md)
-    if err.max() <= 1e-5:
+    if dtype != "float32":
+        with np.errstate(invalid="ignore"):
+            scale = np.nanmax(np.abs(np.where(np.isfinite(ref), ref, 0.0)), axis=1, keepdims=True)
+        err = err / np.maximum(scale, 1e-30)
+    if err.max() <= (1e-5 if dtype == "float32" else tolerance(dtype)):
         return None
     i, j = (int(v) for v in np.unravel_index(np.argmax(err), err.shape))
-    return f"first large error at row {i}, col {j}: got {got[i, j]:.6g}, expected {ref[i, j]:.6g}"
+    text = f"first large error at row {i}, col {j}: got {got[i, j]:.6g}, expected {ref[i, j]:.6g}"
+    return text if dtype == "float32" else text + f" (error {err[i, j]:.3g} of the row's largest entry)"
 
 
 def diagnose_log_softmax(got, x) -> str | None:
@@ -361,6 +371,24 @@ def diagnose_ce_loss(got, x, t) -> str | None:
         if not np.allclose(wrong, right, rtol=1e-4, atol=1e-4) and np.allclose(got[keep], wrong, rtol=1e-4, atol=1e-4):
             return ("the lanes past the row's end were loaded as 0 and counted in the max and the sum: load them "
                     "as -inf (other=-float(\"inf\")) so they add nothing")
+    return None
+
+
+def diagnose_target_rounded(got, ref, t, dtype) -> str | None:
+    """A 16-bit gradient wrong at the target's column alone, where p_t - 1 cancels: p_t was rounded
+    to the dtype before the 1 was subtracted."""
+    from .accuracy import tolerance
+
+    if dtype == "float32":
+        return None
+    got, ref, t = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64), np.asarray(t)
+    for r in np.flatnonzero((t >= 0) & (t < ref.shape[1])):
+        scale = np.abs(ref[r]).max()
+        err = np.abs(got[r] - ref[r]) / max(scale, 1e-30)
+        if np.isfinite(err).all() and err[t[r]] > tolerance(dtype) and np.delete(err, t[r]).max() <= tolerance(dtype):
+            return (f"row {r}'s gradient is wrong at its target alone, where p_t - 1 cancels (p_t = "
+                    f"{1 + ref[r, t[r]]:.6f}): form p_t - 1 in float32 and round once when storing; p_t rounded to "
+                    f"{dtype} first leaves 1 - p_t a multiple of the dtype's spacing near 1")
     return None
 
 
@@ -670,10 +698,17 @@ def cases_06(rng, hidden: bool):
                                                          or diagnose_log_softmax(got, hx))))
 
     def ce(rows, vocab, name, big=None, ignore=(), masked_ignored=False, what="both", low=False, ignore_index=-100,
-           nan_rows=()):
+           nan_rows=(), dtype="float32", certain=None):
         hx = (rng.uniform(-30, -20, size=(rows, vocab)) if low else rng.normal(0, 8, size=(rows, vocab))).astype(np.float32)
         t = rng.integers(0, vocab, size=rows)
         t[0], t[-1] = 0, vocab - 1          # targets at both ends of the vocabulary
+        if certain is not None:  # this row's target nearly certain: 1 - p_t about 1e-3, which float32 forms
+            others = np.delete(hx[certain].astype(np.float64), t[certain])  # to 1e-4 of itself, bf16 not at all
+            hx[certain, t[certain]] = others.max() + np.log(np.exp(others - others.max()).sum()) + np.log(1e3)
+        if dtype == "bfloat16":  # values the logits' dtype holds: the reference sees what the kernel reads
+            from .contract import round_to
+
+            hx = round_to(hx, "bfloat16").astype(np.float32)
         if big:
             hx[min(3, rows - 1), 7] = big
             if t[min(3, rows - 1)] == 7:  # the big logit must not be the target: its row's p[t] is then tiny
@@ -689,9 +724,13 @@ def cases_06(rng, hidden: bool):
         nan_seen = np.where((t != ignore_index)[:, None], hx, 0.0)
         ref_loss, ref_grad = ce_reference(hx, t, ignore_index)
         k = len(items)
-        args = [_arr(f"c{k}", **{"as": "torch"}), _arr(f"t{k}", **{"as": "torch"})]
+        args = [_arr(f"c{k}", **{"as": "torch", **({} if dtype == "float32" else {"dtype": dtype})}),
+                _arr(f"t{k}", **{"as": "torch"})]
         if ignore_index != -100:
             args.append({"kw": {"ignore_index": ignore_index}})
+        # the loss is float32 whatever the logits' dtype; the gradient has the logits' dtype
+        loss_args = args + ([{"expect_dtype": "float32"}] if dtype != "float32" else [])
+        grad_args = args + ([{"expect_dtype": dtype}] if dtype != "float32" else [])
         def ignored_only(got, ref, diagnose, t=t, hx=hx):
             """The ignore_index mistake where only the ignored rows are wrong; else `diagnose`."""
             got = np.asarray(got, dtype=np.float64).reshape(ref.shape)
@@ -703,16 +742,17 @@ def cases_06(rng, hidden: bool):
                         "ignore_index, not with -100 or its sign")
             return diagnose()
         if what in ("both", "loss"):
-            items.append((f"{name}: the loss", "cross_entropy", {f"c{k}": hx, f"t{k}": t}, args,
+            items.append((f"{name}: the loss", "cross_entropy", {f"c{k}": hx, f"t{k}": t}, loss_args,
                           lambda got, ref=ref_loss, t=t, hx=hx, hint=ignored_only: _with_hint(
                               # one loss per row, judged as a column so that a mismatch names its row
                               mismatch(np.asarray(got).reshape(-1, 1), ref[:, None], log=True),
                               lambda: hint(got, ref, lambda: diagnose_nan_under_mask(got, nan_seen)
                                            or diagnose_ce_loss(got, hx, t)))))
         if what in ("both", "grad"):
-            items.append((f"{name}: the gradient", "cross_entropy_grad", {f"c{k}": hx, f"t{k}": t}, args,
+            items.append((f"{name}: the gradient", "cross_entropy_grad", {f"c{k}": hx, f"t{k}": t}, grad_args,
                           lambda got, ref=ref_grad, t=t, hx=hx, hint=ignored_only: _with_hint(
-                              ce_grad_mismatch(got, ref), lambda: hint(got, ref, lambda: diagnose_nan_under_mask(
+                              ce_grad_mismatch(got, ref, dtype), lambda: diagnose_target_rounded(got, ref, t, dtype)
+                              or hint(got, ref, lambda: diagnose_nan_under_mask(
                                   got, nan_seen) or diagnose_ce_grad(got, hx, t)))))
 
     ce(16, 1000, "16 x 1000, targets at both ends, one logit of 95", big=95.0)
@@ -726,6 +766,9 @@ def cases_06(rng, hidden: bool):
        what="loss")
     ce(6, 60, "6 x 60, NaN logits in rows 2 and 4, row 4 ignored (row 2 must come out NaN, row 4 as 0)", ignore=(4,),
        nan_rows=(2, 4))
+    # bf16 logits: a float32 loss and a bf16 gradient, each formed in float32 and rounded once
+    ce(7, 300, "bf16 logits, 7 x 300, row 3 ignored, row 1's target nearly certain (1 - p_t about 1e-3: p_t - 1 "
+               "must be formed in float32, then rounded)", ignore=(3,), dtype="bfloat16", certain=1)
     if hidden:
         ce(int(rng.integers(5, 20)), int(rng.integers(100, 3000)), "hidden, random shape, one row ignored", big=120.0,
            ignore=(2,))

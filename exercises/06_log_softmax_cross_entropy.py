@@ -12,8 +12,9 @@ return one of its two outputs each. The row fits one block of BLOCK columns (the
 vocabularies small).
 
 `make check EX=06` compares everything with float64 references (the cases include logits far above
-exp's range, a row whose target is ignored, targets in the first and last columns, and rows whose
-length is not a power of two).
+exp's range, a row whose target is ignored, targets in the first and last columns, rows whose
+length is not a power of two, and bf16 logits: the loss stays float32, the gradient takes the
+logits' dtype, and both are formed in float32 and rounded once).
 """
 import torch
 import triton

@@ -265,6 +265,19 @@ WRONG = {
                                                  "must be added back"),
         "gradient stored without the tail mask": (_edit("06", "grad.to(grad_ptr.dtype.element_ty), mask=inside)",
                                                         "grad.to(grad_ptr.dtype.element_ty))"), "wrote past the end of row"),
+        # bf16 logits: the loss is float32 and the gradient is rounded once, from float32
+        "loss rounded to the logits' dtype": (_edit("06", "lse = m + tl.log(s)",
+                                                    "lse = (m + tl.log(s)).to(in_ptr.dtype.element_ty).to(tl.float32)"),
+                                              "precision lost"),
+        "exps rounded to the logits' dtype": (_edit("06", "e = tl.exp(x - m)",
+                                                    "e = tl.exp(x - m).to(in_ptr.dtype.element_ty).to(tl.float32)"),
+                                              "precision lost"),
+        "p rounded to the logits' dtype before the one-hot": (_edit(
+            "06", "grad = e / s - tl.where(cols == t, 1.0, 0.0)",
+            "grad = (e / s).to(in_ptr.dtype.element_ty).to(tl.float32) - tl.where(cols == t, 1.0, 0.0)"), "p_t - 1 cancels"),
+        "ignored rows' gradient never stored": (_edit(
+            "06", "grad.to(grad_ptr.dtype.element_ty), mask=inside)",
+            "grad.to(grad_ptr.dtype.element_ty), mask=inside & (cols * 0 + t != ignore_index))"), "ignore_index"),
         "lanes past the tail loaded as 0": (_edit("06", "other=-float(\"inf\")).to(tl.float32)\n    m = tl.max(x, axis=0)\n    e =",
                                                   "other=0.0).to(tl.float32)\n    m = tl.max(x, axis=0)\n    e ="), "loaded as 0 and counted"),
     },
