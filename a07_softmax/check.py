@@ -617,9 +617,13 @@ def cases_05(rng, hidden: bool):
            hint="with scale < 0 the max to subtract is that of x * scale, (min x) * scale: scale first, then take "
                 "the max (exp((x - max x) * scale) overflows here)")
     hx = rng.normal(size=(2, 8)).astype(np.float32)
+    by_row = R.softmax(np.where(np.arange(8)[None, :] <= np.arange(2)[:, None], hx.astype(np.float64), -np.inf))
     out.append(("only key 0 visible (q_len 1): one-hot rows", "scale_mask_softmax", {"k1": hx},
                 [_arr("k1", **{"as": "torch"}), 1.0, {"kw": {"causal": True, "q_len": 1}}],
-                lambda got: mismatch(got, np.tile([1.0] + [0.0] * 7, (2, 1)))))
+                lambda got, by_row=by_row: _with_hint(
+                    mismatch(got, np.tile([1.0] + [0.0] * 7, (2, 1))),
+                    lambda: "row 1 saw keys 0 and 1: a row's query is row % q_len (rows are batches of q_len queries "
+                            "flattened), not the row index" if mismatch(got, by_row) is None else None)))
     hx = rng.uniform(-12, -4, size=(3, 50)).astype(np.float32)
     out.append(("no mask, 3 x 50, every logit below 0 (the lanes past the tail must not count)", "scale_mask_softmax",
                 {"k3": hx}, [_arr("k3", **{"as": "torch"}), 1.0, {"kw": {"causal": False}}],
@@ -1130,9 +1134,10 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
                        "tl.store; and a row starts at row * stride, which the checker makes larger than n_cols)"
                        + (f"; and {bad}" if bad else ""))
             if bad and case.call.get("launches") and got.size and np.isnan(got).all():
-                bad = (f"the kernel wrote nothing: every output is still the NaN the checker filled it with before "
-                       f"launching {case.call['launches']} (it launches the kernel itself, as the scaffold's wrapper "
-                       f"does: the answer must be the kernel's tl.store) ({bad})")
+                bad = (f"every output is NaN, the value the checker filled it with before launching "
+                       f"{case.call['launches']}: the kernel wrote nothing (the checker launches it itself, as the "
+                       f"scaffold's wrapper does: the answer must be the kernel's tl.store), or it wrote NaN "
+                       f"everywhere ({bad})")
             if not bad and any(o is None or o.shape != got.shape or not np.array_equal(o, got, equal_nan=True)
                                for o in clock[1]):
                 fn = case.call.get("fn")

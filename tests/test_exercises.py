@@ -207,6 +207,11 @@ WRONG = {
             "with scale < 0 the max to subtract"),
         "rows found by n_cols, not the stride": (_edit("05", "row * stride", "row * n_cols"),
                                                  "a row starts at row * stride"),
+        "causal query taken as the row index": (_edit("05", "cols <= row % q_len", "cols <= row"), "row % q_len"),
+        "scale applied after the max (inside the exp)": (
+            _edit("05", "other=0.0).to(tl.float32) * scale", "other=0.0).to(tl.float32)").replace(
+                'e = tl.exp(x - tl.where(m == -float("inf"), 0.0, m))',
+                'e = tl.exp((x - tl.where(m == -float("inf"), 0.0, m)) * scale)'), "with scale 0 a masked score"),
         # the answer computed by PyTorch in the wrapper, the kernel left empty or taken away
         "PyTorch in the wrapper, an empty kernel": (TORCH_05 + "\n\n@triton.jit\ndef scale_mask_softmax_kernel("
                                                     "out_ptr, in_ptr, n_cols, stride, scale, q_len, CAUSAL: tl.constexpr, "
