@@ -628,6 +628,19 @@ def cases_05(rng, hidden: bool):
     out.append(("no mask, 3 x 50, every logit below 0 (the lanes past the tail must not count)", "scale_mask_softmax",
                 {"k3": hx}, [_arr("k3", **{"as": "torch"}), 1.0, {"kw": {"causal": False}}],
                 lambda got, hx=hx: mismatch(got, R.softmax(hx.astype(np.float64)))))
+    # the lanes past n_cols without the causal mask to hide them: a lane loaded as -inf becomes +inf
+    # times a negative scale (NaN times 0), so "other=-inf" alone does not mask the tail
+    hx = rng.uniform(-20, 20, size=(4, 45)).astype(np.float32)
+    for i, scale in enumerate((-2.0, 0.0)):
+        key = f"kt{i}"
+        out.append((f"no mask, 4 x 45 (a tail of 19 lanes), scale {scale:g}", "scale_mask_softmax", {key: hx},
+                    [_arr(key, **{"as": "torch"}), scale, {"kw": {"causal": False}}],
+                    lambda got, hx=hx, scale=scale: _with_hint(
+                        mismatch(got, R.softmax(hx.astype(np.float64) * scale)),
+                        lambda: f"the lanes past n_cols: loaded as -inf, they become {'+inf' if scale else 'NaN'} "
+                                f"times a scale of {scale:g}, and with no causal mask to hide them they spoil the "
+                                "row's max and sum; mask them after scaling (tl.where(cols < n_cols, x * scale, "
+                                "-inf))" if np.isnan(got).all(axis=1).any() else None)))
     hx = rng.uniform(-30, 30, size=(5, 77)).astype(np.float32)
     out.append(("no mask, 5 x 77, scale 0.5", "scale_mask_softmax", {"k2": hx},
                 [_arr("k2", **{"as": "torch"}), 0.5, {"kw": {"causal": False}}],

@@ -192,6 +192,9 @@ WRONG = {
         "causal mask off by one": (_edit("05", "cols <= row % q_len", "cols < row % q_len"), "causal"),
         "scale applied after the softmax": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float32)"), "scale"),
         "masked loads filled with 0 and kept": (_edit("05", "    keep = inside\n", "    keep = cols >= 0\n"), "tail"),
+        "masked loads filled with -inf, then scaled (tail unmasked)": (_edit("05", "    keep = inside\n", "    keep = cols >= 0\n").replace(
+            "mask=inside, other=0.0).to(tl.float32) * scale", 'mask=inside, other=-float("inf")).to(tl.float32) * scale'),
+            "the lanes past n_cols: loaded as -inf, they become +inf times a scale of -2"),
         "fp16 statistics": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float16) * scale"), "precision"),
         "store without the tail mask": (_edit("05", "y.to(out_ptr.dtype.element_ty), mask=inside)",
                                               "y.to(out_ptr.dtype.element_ty))"), "wrote past the end of row"),
