@@ -317,6 +317,20 @@ def diagnose_log_softmax(got, x) -> str | None:
         return None
     with np.errstate(all="ignore"):
         m = x.max(axis=1)
+        # -inf where the answer is finite and far below 0: the log of a probability that underflowed
+        # (log(exp(z) / s) is log(0) once z = x - m < -104 in float32)
+        taken = np.isfinite(x).all(axis=1) & np.isneginf(got).all(axis=1)
+        if taken.any():
+            r = int(np.flatnonzero(taken)[0])
+            return (f"row {r} came out -inf everywhere, as a masked row would, but its scores are finite (down to "
+                    f"{x[r].min():.3g}): a row is masked only when its max is exactly -inf, and a guard on \"very "
+                    "negative\" takes this row for one")
+        gone = np.isneginf(got) & np.isfinite(x) & (x - m[:, None] < -80)
+        if gone.any():
+            r, c = (int(v) for v in np.argwhere(gone)[0])
+            return (f"row {r}, col {c} came out -inf where log_softmax is {x[r, c] - m[r]:.0f} or so: exp(x - m) "
+                    "underflows to 0 in float32 there, and its log is -inf; take (x - m) - log(s) from the "
+                    "logits, never the log of the softmax")
         for r in np.flatnonzero(np.isfinite(m) & np.isfinite(got).any(axis=1)):
             total = float(np.exp(got[r]).sum())
             if abs(total - 1.0) <= 1e-3:
@@ -702,6 +716,17 @@ def cases_06(rng, hidden: bool):
     lsm(5, 77, -30, 30, "log_softmax, 5 x 77, row 1 fully masked (-inf everywhere)")
     lsm(3, 1000, 60, 100, "log_softmax of logits 60-100 (exp overflows fp32 without the max)")
     lsm(3, 3, -300, -200, "log_softmax of logits below -200 (log(0) without the max)")
+    # a row spread over 300: exp(x - m) underflows to 0 where x - m < -104, where log_softmax is
+    # still finite; and a padding row of the lowest finite float32, which is uniform (-log cols), not
+    # a masked row (a guard that takes "very negative" for -inf turns it into one)
+    hx = rng.uniform(-250, 50, size=(3, 60)).astype(np.float32)
+    hx[1] = -np.inf
+    hx[2] = np.finfo(np.float32).min
+    ref = R.log_softmax(hx.astype(np.float64))
+    items.append(("log_softmax, 3 x 60, logits over [-250, 50] (exp(x - m) underflows), row 1 masked, row 2 all "
+                  "the lowest finite float32 (uniform)", "log_softmax", {"lw": hx}, [_arr("lw", **{"as": "torch"})],
+                  lambda got, ref=ref, hx=hx: _with_hint(mismatch(got, ref, log=True),
+                                                         lambda: diagnose_log_softmax(got, hx))))
     hx = rng.uniform(-30, 30, size=(4, 90)).astype(np.float32)
     hx[2, 17] = np.nan                                   # a NaN logit: its row is NaN (docs/contract.md)
     hx[3] = -np.inf

@@ -248,6 +248,11 @@ WRONG = {
         "log_softmax's fully masked told by the max (it drops NaN)": (_edit(
             "06", 'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))',
             'y = tl.where(m == -float("inf"), -float("inf"), z - tl.log(s))'), "a NaN is never hidden"),
+        "log_softmax as the log of the softmax (underflows)": (_edit("06", 'z - tl.log(s))', "tl.log(tl.exp(z) / s))"),
+                                                               "exp(x - m) underflows to 0 in float32 there"),
+        "log_softmax's fully masked told by a very negative max": (_edit("06", 'z = x - tl.where(m == -float("inf"), 0.0, m)',
+                                                                        "z = x - tl.where(m < -1e30, 0.0, m)"),
+                                                                  "a row is masked only when its max is exactly -inf"),
         "NaN gradients zeroed": (_edit("06", "grad = tl.where(ignored, 0.0, grad)",
                                        "grad = tl.where(ignored | (grad != grad), 0.0, grad)"), "a NaN is never hidden"),
         "gradient without the one-hot": (_edit("06", "grad = e / s - tl.where(cols == t, 1.0, 0.0)", "grad = e / s"),
