@@ -655,6 +655,16 @@ def cases_05(rng, hidden: bool):
                                 f"times a scale of {scale:g}, and with no causal mask to hide them they spoil the "
                                 "row's max and sum; mask them after scaling (tl.where(cols < n_cols, x * scale, "
                                 "-inf))" if np.isnan(got).all(axis=1).any() else None)))
+    # finite scores are never a masked row, however low: a row of the lowest finite float32 is uniform
+    hx = rng.uniform(-20, 20, size=(2, 50)).astype(np.float32)
+    hx[1] = np.finfo(np.float32).min
+    out.append(("no mask, 2 x 50, row 1 all the lowest finite float32 (uniform: finite scores are not masked)",
+                "scale_mask_softmax", {"kl": hx}, [_arr("kl", **{"as": "torch"}), 1.0, {"kw": {"causal": False}}],
+                lambda got, hx=hx: _with_hint(
+                    mismatch(got, R.softmax(hx.astype(np.float64))),
+                    lambda: "row 1 came out zeros, as a masked row would, but its scores are finite (all "
+                            f"{hx[1, 0]:.3g}): a row is masked only when its max is exactly -inf, and a guard on "
+                            "\"very negative\" takes this row for one" if np.all(np.asarray(got)[1] == 0) else None)))
     hx = rng.uniform(-30, 30, size=(5, 77)).astype(np.float32)
     out.append(("no mask, 5 x 77, scale 0.5", "scale_mask_softmax", {"k2": hx},
                 [_arr("k2", **{"as": "torch"}), 0.5, {"kw": {"causal": False}}],
@@ -954,7 +964,9 @@ def cases_07(rng, hidden: bool):
               ("not causal, a first tile whose scores are all -inf (as an additive mask makes them)",
                40, 16, 8, 0, False, 40, 8, "hidden first"),
               ("causal, the middle block again, keys past its end finite (any NaN is the update's)",
-               48, 16, 8, 16, True, 48, 16, "clean")]
+               48, 16, 8, 16, True, 48, 16, "clean"),
+              ("key padding: 5 valid keys, every score about -1e34 (finite, so not masked: each row averages "
+               "their values)", 40, 16, 8, 0, False, 5, 8, "very negative")]
     if hidden:
         s_len = int(rng.integers(20, 200))
         blocks.append(("hidden random block", s_len, 16, 16, int(rng.integers(0, s_len // 16)) * 16, True,
@@ -972,6 +984,9 @@ def cases_07(rng, hidden: bool):
             k[:tile] = -np.inf
         elif rising is True:
             k = q.mean(axis=0)[None, :] * np.linspace(0, 4, s_len)[:, None] + 0.01 * k
+        elif rising == "very negative":  # equal keys: every row's scores equal, finite and far below -1e30
+            q = np.abs(q) + 0.1
+            k[:] = -1e34
         want = _attention_rows(q, k, v, q0, causal, n)
         sigs = [(_attention_rows(q, k, v, q0, causal, n, mistake=mistake, tile=tile), words) for mistake, words in (
             ("o not rescaled", "o was not rescaled when the max moved: multiply o by exp(m_old - m_new), as l is"),
@@ -1000,7 +1015,8 @@ def cases_07(rng, hidden: bool):
         if rising != "clean":
             k[end:], v[end:] = np.nan, np.nan
 
-        def judge(got, want=want, sigs=sigs, end=end, s_len=s_len, clean=rising == "clean"):
+        def judge(got, want=want, sigs=sigs, end=end, s_len=s_len, clean=rising == "clean",
+                  very_negative=rising == "very negative"):
             got = np.asarray(got, dtype=np.float64)
             if got.shape != want.shape:
                 return f"output shape {got.shape}, expected {want.shape}"
@@ -1026,6 +1042,11 @@ def cases_07(rng, hidden: bool):
             bad = mismatch(got, want, "float64")
             if bad is None:
                 return None
+            zeroed = ~dead & ~got.any(axis=1)
+            if zeroed.any() and very_negative:
+                return (f"row {int(np.flatnonzero(zeroed)[0])} came out zeros, as a row that sees no key would, but "
+                        "it sees keys (their scores are finite, about -1e34): a row sees no key only while its max is "
+                        f"exactly -inf, and a guard on \"very negative\" takes it for one ({bad})")
             for sig, words in sigs:
                 if np.allclose(got, sig, rtol=1e-6, atol=1e-9, equal_nan=True) and not np.allclose(sig, want,
                                                                                                  equal_nan=True):

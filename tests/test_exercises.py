@@ -195,6 +195,8 @@ WRONG = {
         "masked loads filled with -inf, then scaled (tail unmasked)": (_edit("05", "    keep = inside\n", "    keep = cols >= 0\n").replace(
             "mask=inside, other=0.0).to(tl.float32) * scale", 'mask=inside, other=-float("inf")).to(tl.float32) * scale'),
             "the lanes past n_cols: loaded as -inf, they become +inf times a scale of -2"),
+        "fully masked told by a very negative max": (_edit("05", 'tl.where(m == -float("inf"), 0.0, m)', "tl.where(m < -1e30, 0.0, m)"),
+                                                     "a row is masked only when its max is exactly -inf"),
         "fp16 statistics": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float16) * scale"), "precision"),
         "store without the tail mask": (_edit("05", "y.to(out_ptr.dtype.element_ty), mask=inside)",
                                               "y.to(out_ptr.dtype.element_ty))"), "wrote past the end of row"),
@@ -352,6 +354,9 @@ WRONG = {
             "    end = causal_key_end(", "    return np.stack([R.attention_row_tiled(r, v, tile) for r in np.where("
             "(np.arange(len(k))[None, :] < n_keys) & ((np.arange(len(k))[None, :] <= rows[:, None]) if causal else True), "
             "q @ k.T * scale, -np.inf)])\n    end = causal_key_end("), "out of an exercise's reach"),
+        "no visible key told by a very negative max": (_edit("07", "m_ref = np.where(np.isneginf(m_new), 0.0, m_new)",
+                                                             "m_ref = np.where(m_new < -1e30, 0.0, m_new)"),
+                                                       "a row sees no key only while its max is exactly -inf"),
     },
     "01": {
         "no max subtraction": (_edit("01", "fast_exp(xr[c] - m)", "fast_exp(xr[c])"), "100.0"),
