@@ -908,6 +908,35 @@ def cases_cuda(number: str, rng, hidden: bool):
                           or diagnose_mask_variant(got, hx, np.arange(rows) % seq, lens, True, True)
                           or diagnose_mask(got, ref)),
                       {"xnan": hx, "nnan": lens}))
+    # The guard's own mistakes: only a max of exactly -inf marks a row with nothing visible. Rows of
+    # the lowest finite float32 (all valid, then 7 valid) are uniform; a visible +inf makes its row
+    # NaN (inf - inf, as torch.softmax), one in the padding changes nothing; a fully-masked row
+    # holding +inf stays zeros.
+    seq = 40
+    hx = rng.normal(0, 10, size=(6, seq)).astype(np.float32)
+    hx[[0, 1]] = np.finfo(np.float32).min
+    hx[2, 3] = hx[3, 30] = hx[4, 5] = np.inf
+    lens = np.array([seq, 7, seq, 10, 0, seq], np.int32)
+    visible = np.arange(seq)[None, :] < lens[:, None]
+    ref = R.softmax(np.where(visible, hx.astype(np.float64), -np.inf))
+
+    def guard_hint(got):
+        got = np.asarray(got)
+        if got.shape != ref.shape:
+            return None
+        if not got[:2].any():
+            return ("rows 0 and 1 came out zeros, as fully-masked rows would, but every score they see is finite "
+                    f"(the lowest finite float32, {hx[0, 0]:.3g}): a row is masked only when its max is exactly "
+                    "-inf, and a guard on \"very negative\" takes these rows for masked ones")
+        if not np.isnan(got[2]).all():
+            return ("row 2 sees a score of +inf: its softmax is NaN (inf - inf), as torch.softmax's, and a guard "
+                    "that zeroes any infinite max (isinf) hides it; test for -inf alone")
+        return None
+    cases.append(Case(f"padding only, 6 x {seq}: rows of the lowest finite float32 (uniform), +inf seen (a NaN row) "
+                      "and in the padding (ignored), a fully-masked row holding +inf (zeros)",
+                      masked_call("xg", "ng", 6, seq, False, True),
+                      lambda got: _with_hint(mismatch(got, ref), lambda: guard_hint(got) or diagnose_mask(got, ref)),
+                      {"xg": hx, "ng": lens}))
     return cases
 
 
