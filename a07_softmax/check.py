@@ -258,6 +258,19 @@ def diagnose_nan_under_mask(got, x, visible=None) -> str | None:
     return None
 
 
+def diagnose_inf_seen(got, x, visible=None) -> str | None:
+    """A +inf score that a row sees makes the row NaN (inf - inf, as torch.softmax; docs/contract.md)."""
+    got, x = np.asarray(got, dtype=np.float64), np.asarray(x, dtype=np.float64)
+    got = got.reshape(len(x), -1)
+    seen = np.isposinf(x) & (np.ones(x.shape, dtype=bool) if visible is None else visible)
+    for r in np.flatnonzero(seen.any(axis=1)):
+        if not np.isnan(got[r]).all():
+            return (f"row {r} sees a score of +inf (col {int(np.flatnonzero(seen[r])[0])}): every output of the row "
+                    "is NaN (inf - inf), as torch.softmax's, and some of yours are numbers: a guard that takes any "
+                    "infinite max for a masked row (isinf), or a test on the output, hides it; test m == -inf alone")
+    return None
+
+
 def diagnose_mask(got, ref) -> str | None:
     """Exercise 02's masking mistakes: a masked score that got probability, or a row whose unmasked
     probabilities do not sum to 1 (the statistics saw masked scores)."""
@@ -678,13 +691,15 @@ def cases_05(rng, hidden: bool):
         hx[r, rng.integers(r + 1, seq)] = np.nan
     hx[9, 3] = hx[30, 30] = np.nan
     hx[0, 0] = np.nan   # row 0's only visible score: a max that drops NaN (fmax, as tl.max on a GPU) sees -inf
+    hx[11, 4] = hx[13, 20] = np.inf   # +inf seen (row 11: NaN, inf - inf) and above the diagonal (ignored)
     ref = R.softmax(np.where(visible, hx.astype(np.float64) * 0.5, -np.inf))
-    out.append(("causal, 40 x 40, NaN scores: a row that reads one is NaN (row 0 sees nothing else), one above "
-                "the diagonal is ignored",
+    out.append(("causal, 40 x 40, NaN and +inf scores: a row that reads one is NaN (row 0 sees nothing else), one "
+                "above the diagonal is ignored",
                 "scale_mask_softmax", {"kn": hx}, [_arr("kn", **{"as": "torch"}), 0.5,
                                                   {"kw": {"causal": True, "q_len": seq}}],
                 lambda got, ref=ref, hx=hx, visible=visible: _with_hint(
-                    mismatch(got, ref), lambda: diagnose_nan_under_mask(got, hx, visible))))
+                    mismatch(got, ref), lambda: diagnose_nan_under_mask(got, hx, visible)
+                    or diagnose_inf_seen(got, hx, visible))))
     if hidden:
         seq = int(rng.integers(70, 200))
         causal(seq, float(rng.uniform(0.1, 2)), -60, 120, f"hidden causal {seq} x {seq}, wide logits")
@@ -737,16 +752,19 @@ def cases_06(rng, hidden: bool):
                   "the lowest finite float32 (uniform)", "log_softmax", {"lw": hx}, [_arr("lw", **{"as": "torch"})],
                   lambda got, ref=ref, hx=hx: _with_hint(mismatch(got, ref, log=True),
                                                          lambda: diagnose_log_softmax(got, hx))))
-    hx = rng.uniform(-30, 30, size=(4, 90)).astype(np.float32)
+    hx = rng.uniform(-30, 30, size=(5, 90)).astype(np.float32)
     hx[2, 17] = np.nan                                   # a NaN logit: its row is NaN (docs/contract.md)
     hx[3] = -np.inf
     hx[3, 40] = np.nan   # the row's only other value: a max that drops NaN (tl.max on a GPU) says -inf
+    hx[4, 50] = np.inf   # +inf: NaN too (inf - inf), as torch.log_softmax
     ref = R.log_softmax(hx)
-    items.append(("log_softmax, 4 x 90, rows 2 and 3 hold a NaN, row 3 beside -inf alone (both must come out NaN)",
+    items.append(("log_softmax, 5 x 90, rows 2 and 3 hold a NaN, row 3 beside -inf alone, row 4 a +inf (all three "
+                  "must come out NaN)",
                   "log_softmax", {"ln": hx},
                   [_arr("ln", **{"as": "torch"})],
                   lambda got, ref=ref, hx=hx: _with_hint(mismatch(got, ref, log=True),
                                                          lambda: diagnose_nan_under_mask(got, hx)
+                                                         or diagnose_inf_seen(got, hx)
                                                          or diagnose_log_softmax(got, hx))))
 
     def ce(rows, vocab, name, big=None, ignore=(), masked_ignored=False, what="both", low=False, ignore_index=-100,

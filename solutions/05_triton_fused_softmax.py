@@ -1,9 +1,11 @@
 """Exercise 05: fused scale -> causal mask -> softmax in Triton.
 
-One program per row. Load the row (masked loads past n_cols, filled with -inf), multiply by `scale`,
-set the causal positions (col > row % q_len) to -inf when CAUSAL, then a max-subtracted softmax with
-float32 statistics, and store in the output's dtype. A row whose every score is masked must come out
-as zeros, not NaN; a row that reads a NaN (one its mask does not hide) comes out NaN everywhere.
+One program per row. Load the row (masked loads past n_cols), multiply by `scale`, then set the lanes
+past n_cols and, when CAUSAL, the causal positions (col > row % q_len) to -inf: after the scale, which
+may be 0 or negative (-inf * scale is then NaN or +inf). Then a max-subtracted softmax with float32
+statistics, and store in the output's dtype. A row whose every score is masked must come out
+as zeros, not NaN; a row that reads a NaN or a +inf (one its mask does not hide) comes out NaN
+everywhere (inf - inf has no value).
 `make check EX=05` runs it on a GPU or, without one, in the Triton interpreter.
 """
 import torch

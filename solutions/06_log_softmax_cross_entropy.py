@@ -1,7 +1,7 @@
 """Exercise 06 (stretch): log_softmax, then cross-entropy with its gradient, fused, in Triton.
 
 Part 1. log_softmax(x) = (x - m) - log(s), one read and one write; a fully-masked row (all -inf)
-gives -inf everywhere, and a row holding a NaN gives NaN everywhere (a NaN is never hidden).
+gives -inf everywhere, and a row holding a NaN or a +inf gives NaN everywhere (a NaN is never hidden).
 
 Part 2. One kernel reads each row of logits once and writes both
   loss[r] = logsumexp(x[r]) - x[r, t[r]]                    (float32)

@@ -197,6 +197,9 @@ WRONG = {
             "the lanes past n_cols: loaded as -inf, they become +inf times a scale of -2"),
         "fully masked told by a very negative max": (_edit("05", 'tl.where(m == -float("inf"), 0.0, m)', "tl.where(m < -1e30, 0.0, m)"),
                                                      "a row is masked only when its max is exactly -inf"),
+        "an infinite max taken for a masked row (hides a +inf)": (_edit(
+            "05", 'tl.where(m == -float("inf"), 0.0, m)', 'tl.where((m == -float("inf")) | (m == float("inf")), 0.0, m)'),
+            "a guard that takes any infinite max for a masked row"),
         "fp16 statistics": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float16) * scale"), "precision"),
         "store without the tail mask": (_edit("05", "y.to(out_ptr.dtype.element_ty), mask=inside)",
                                               "y.to(out_ptr.dtype.element_ty))"), "wrote past the end of row"),
@@ -255,6 +258,10 @@ WRONG = {
         "log_softmax's fully masked told by a very negative max": (_edit("06", 'z = x - tl.where(m == -float("inf"), 0.0, m)',
                                                                         "z = x - tl.where(m < -1e30, 0.0, m)"),
                                                                   "a row is masked only when its max is exactly -inf"),
+        "log_softmax's infinite max taken for a masked row (hides a +inf)": (_edit(
+            "06", 'z = x - tl.where(m == -float("inf"), 0.0, m)',
+            'z = x - tl.where((m == -float("inf")) | (m == float("inf")), 0.0, m)'),
+            "row 4 sees a score of +inf"),
         "NaN gradients zeroed": (_edit("06", "grad = tl.where(ignored, 0.0, grad)",
                                        "grad = tl.where(ignored | (grad != grad), 0.0, grad)"), "a NaN is never hidden"),
         "gradient without the one-hot": (_edit("06", "grad = e / s - tl.where(cols == t, 1.0, 0.0)", "grad = e / s"),
