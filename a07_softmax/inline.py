@@ -160,6 +160,8 @@ def _softmax_cases_run(name, fn, cases, masked_rows_zero: bool):
             with np.errstate(all="ignore"):
                 got = f(x.copy())
             empty = masked_rows_zero and np.isneginf(x).all()
+            if not empty and np.isfinite(x).any() and not np.any(_array(got, what)):
+                raise _Fail(f"{what}: every output is 0, as for a fully masked row -- {concept}")
             if not empty:
                 _sums_to_one(got, what)
             try:
@@ -179,7 +181,10 @@ def check_masked_row_softmax(fn) -> Verdict:
     """fn(x: 1-D float32 array, possibly all -inf) -> softmax, with zeros for a fully masked row."""
     return _softmax_cases_run("check_masked_row_softmax", fn, _softmax_cases() + [
         ("a fully masked row (all -inf)", np.full(5, -np.inf, F32),
-         "a row with no valid score returns zeros, the course's contract: guard the max before x - m")], True)
+         "a row with no valid score returns zeros, the course's contract: guard the max before x - m"),
+        ("a row of the lowest finite float32", np.full(6, np.finfo(F32).min, F32),
+         "finite scores are never a masked row, however low: only a max of exactly -inf means nothing is valid "
+         "(a guard on \"very negative\" takes this row for masked)")], True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -334,10 +339,11 @@ def check_tile_softmax(fn) -> Verdict:
     """fn(tile: (rows, cols) float32 with -inf where masked) -> row-wise softmax, zeros for a row
     that is entirely -inf: the math inside a Triton program's tile."""
     rng = np.random.default_rng(5)
-    t = (rng.normal(size=(4, 16)) * 6).astype(F32)
+    t = (rng.normal(size=(5, 16)) * 6).astype(F32)
     t[1, 5:] = -np.inf
     t[2] = -np.inf
     t[3, 0] = 1000.0
+    t[4] = np.finfo(F32).min   # finite, however low: row 4 is not masked (uniform)
 
     def run(f):
         with np.errstate(all="ignore"):
@@ -349,7 +355,10 @@ def check_tile_softmax(fn) -> Verdict:
         if g.shape != t.shape:
             raise _Fail(f"the tile: shape {g.shape}, expected {t.shape} -- reduce along axis 1 (each row)")
         for r, concept in ((2, "a fully masked row gives zeros: replace a -inf max by 0 before x - m"),
-                           (3, "subtract each row's own max"), (1, "masked entries get 0"), (0, "row-wise softmax")):
+                           (3, "subtract each row's own max"), (1, "masked entries get 0"),
+                           (0, "row-wise softmax"),
+                           (4, "a row of the lowest finite float32 is uniform: its scores are finite, however low, "
+                               "and only a max of exactly -inf marks a masked row")):
             try:
                 _compare(g[r], want[r], f"row {r}", rtol=2e-5)
             except _Fail as e:
@@ -365,7 +374,10 @@ def check_log_softmax(fn) -> Verdict:
             ("a gap of 200", np.array([0, -200, 5], F32),
              "log(softmax(x)) underflows: exp(-205) is 0 in float32 and log(0) = -inf; compute (x - m) - log(s)"),
             ("random scores", np.random.default_rng(2).normal(size=33).astype(F32) * 4, "(x - m) - log(sum exp(x - m))"),
-            ("a fully masked row", np.full(4, -np.inf, F32), "an empty row gives -inf everywhere, never NaN")):
+            ("a fully masked row", np.full(4, -np.inf, F32), "an empty row gives -inf everywhere, never NaN"),
+            ("a row of the lowest finite float32", np.full(4, np.finfo(F32).min, F32),
+             "finite scores are never a masked row, however low: this one is uniform, log(1/4) everywhere; only a "
+             "max of exactly -inf means nothing is valid")):
         def run(f, x=x, what=what, concept=concept):
             with np.errstate(all="ignore"):
                 got = f(x.copy())

@@ -97,6 +97,7 @@ WRONG = [
     (inline.check_softmax, lambda x: np.exp(x - x.max()), "divide exp(x - m) by its sum"),
     (inline.check_softmax, lambda x: safe(x.astype(np.float16)), "not float16"),
     (inline.check_masked_row_softmax, safe, "fully masked"),
+    (inline.check_masked_row_softmax, lambda x: np.zeros_like(x) if x.max() < -1e30 else safe(x), "however low"),
     (inline.check_online_step, lambda m, s, x: (max(m, x), s + math.exp(x - max(m, x))), "exp(m - m')"),
     (inline.check_online_step, lambda m, s, x: (max(m, x), s * math.exp(max(m, x) - m) + math.exp(x - max(m, x))
                                                 if m > -math.inf else 1.0), "exp(m - m')"),
@@ -118,6 +119,10 @@ WRONG = [
     (inline.check_tile_softmax, lambda t: np.exp(t - t.max()) / np.exp(t - t.max()).sum(axis=1, keepdims=True),
      "row"),
     (inline.check_log_softmax, lambda x: np.log(safe(x)), "underflow"),
+    (inline.check_log_softmax, lambda x: np.full_like(x, -np.inf) if x.max() < -1e30 else log_softmax(x),
+     "however low"),
+    (inline.check_tile_softmax, lambda t: tile_softmax(np.where(t.max(axis=1, keepdims=True) < -1e30, -np.inf, t)),
+     "only a max of exactly -inf"),
     (inline.check_log_softmax, lambda x: x - np.log(np.exp(x).sum()), "max"),
     (inline.check_owned_column, lambda t, j, G, N: (t * 8 + j) * N, "neighbouring threads"),
     (inline.check_model_time, lambda t, b, g: b / (g * 1e9) * 1e3, "multiply by the traversals"),
