@@ -89,6 +89,11 @@ def collect(folder: Path):
     for entry in sorted(folder.iterdir()):
         rel = entry.name
         if entry.name in OUTPUTS:
+            # the grader's own output from an earlier run, unless it holds exercise files: then a
+            # learner's folder that happens to carry that name, which is reported, not dropped
+            if entry.is_dir() and not entry.is_symlink() and any(f.name in names for f in entry.iterdir()):
+                skipped.append((rel, f"holds exercise files, but {entry.name}/ is where the grader writes its "
+                                     "feedback: rename this learner's folder and grade again"))
             continue
         if entry.name.startswith("."):
             skipped.append((rel, "hidden file or folder (not a learner)"))

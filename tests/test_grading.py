@@ -123,6 +123,8 @@ def graded(tmp_path_factory):
     (folder / "huge" / "04_online_trace.py").write_text(SOLUTION_04 + "#" * (2 << 20) + "\n")
     # layouts that must be reported, not dropped
     (folder / "loose.py").write_text("x = 1\n")
+    (folder / "feedback").mkdir()   # a learner's folder under the name of the grader's output
+    (folder / "feedback" / "04_online_trace.py").write_text(SOLUTION_04)
     (folder / ".ipynb_checkpoints").mkdir()
     (folder / "carol" / "exercises").mkdir(parents=True)
     (folder / "carol" / "exercises" / "04_online_trace.py").write_text(SOLUTION_04)
@@ -194,6 +196,7 @@ def test_every_file_is_graded_or_reported(graded):
     assert "nested folder" in skipped["carol/exercises"] and "misnamed" in skipped["carol/04_trace.py"]
     assert graded["rows"][("carol", "04")].status == "missing"
     assert ("ipynb_checkpoints", "04") not in graded["rows"]
+    assert "where the grader writes its feedback" in skipped["feedback"]   # reported, never dropped
 
 
 def test_tables_have_one_row_per_learner_and_exercise(graded):
