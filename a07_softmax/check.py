@@ -1481,7 +1481,87 @@ def _tile_loop_problem(text: str) -> str | None:
                         and up.slice.id == "cols"):
                     return (f"the update reads v other than as v[cols] (line {node.lineno}): a tile's values are "
                             "v[cols], the keys of this tile only")
+    carried = _carried_state(update, fn_args=_tile_fn_args(text), outside=pre + [loop.target] + given)
+    if carried:
+        name, line = carried
+        return (f"the update carries `{name}` from one tile to the next (line {line}: read before this tile "
+                "assigns it): the only state between tiles is (m, l, o); a tile's scores and values are used "
+                "and forgotten, which is what keeps the memory of a row O(1) instead of O(keys)")
     return None
+
+
+_CARRIED_STATE = {"m", "l", "o"}
+
+
+def _bound_names(node):
+    """Names a statement binds (assignments, loop targets, :=), not those of its comprehensions."""
+    import ast
+
+    out, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda)):
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+        todo.extend(ast.iter_child_nodes(n))
+    return out
+
+
+def _read_names(node):
+    import ast
+
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    names |= {n.target.id for n in ast.walk(node) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+    return names
+
+
+def _tile_fn_args(text: str):
+    import ast
+
+    fn = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "attention_block")
+    return {a.arg for a in fn.args.args}
+
+
+def _carried_state(update, fn_args, outside):
+    """(name, line) of the first name the update binds that it reads before this tile has bound it
+    on every path (so a value from an earlier tile, or a container filled tile by tile), other than
+    m, l and o; None if there is none."""
+    import ast
+
+    known = set(fn_args) | {n for s in outside for n in _bound_names(s)}
+    local = {n for s in update for n in _bound_names(s)} - known - _CARRIED_STATE
+
+    def scan(stmts, bound):
+        """(problem, the names bound on every path through stmts)"""
+        bound = set(bound)
+        for stmt in stmts:
+            if isinstance(stmt, ast.If):
+                early = (_read_names(stmt.test) & local) - bound
+                if early:
+                    return (sorted(early)[0], stmt.lineno), bound
+                (p1, b1), (p2, b2) = scan(stmt.body, bound), scan(stmt.orelse, bound)
+                if p1 or p2:
+                    return p1 or p2, bound
+                bound |= b1 & b2
+                continue
+            if isinstance(stmt, (ast.For, ast.While)):  # a loop inside the update (over rows, say)
+                head = stmt.iter if isinstance(stmt, ast.For) else stmt.test
+                early = (_read_names(head) & local) - bound
+                if early:
+                    return (sorted(early)[0], stmt.lineno), bound
+                inner = bound | (_bound_names(stmt.target) if isinstance(stmt, ast.For) else set())
+                problem, _ = scan(stmt.body + stmt.orelse, inner)
+                if problem:
+                    return problem, bound
+                continue   # it may run no time at all: what it binds is not bound after it
+            early = (_read_names(stmt) & local) - bound
+            if early:
+                return (sorted(early)[0], stmt.lineno), bound
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                bound |= _bound_names(stmt)
+        return None, bound
+    return scan(update, set())[0]
 
 
 def _not_jit_kernels(text: str, names) -> str | None:

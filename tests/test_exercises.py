@@ -105,6 +105,44 @@ def scale_mask_softmax(x, scale, causal=True, q_len=None):
     return (e / torch.where(d == 0, torch.ones_like(d), d)).to(x.dtype)
 """
 
+_UPDATE_07 = """        m_new = np.maximum(m, s.max(axis=1))
+        m_ref = np.where(np.isneginf(m_new), 0.0, m_new)   # no visible key yet: never -inf - -inf
+        alpha = np.exp(m - m_ref)
+        p = np.exp(s - m_ref[:, None])
+        l = l * alpha + p.sum(axis=1)
+        o = o * alpha[:, None] + p @ v[cols]
+        m = m_new
+"""
+_KEEP_TILES_07 = """        vals = v[cols] if start == 0 else np.concatenate([vals, v[cols]])
+        sc = s if start == 0 else np.concatenate([sc, s], axis=1)
+        top = sc.max(axis=1)
+        ref = np.where(np.isneginf(top), 0.0, top)
+        e = np.exp(sc - ref[:, None])
+        l, o, m = e.sum(axis=1), e @ vals, top
+"""
+_LIST_OF_TILES_07 = """        if start == 0:
+            acc = []
+        acc.append((s, v[cols]))
+        big, vv = np.concatenate([a for a, _ in acc], axis=1), np.concatenate([b for _, b in acc])
+        top = big.max(axis=1)
+        e = np.exp(big - np.where(np.isneginf(top), 0.0, top)[:, None])
+        l, o, m = e.sum(axis=1), e @ vv, top
+"""
+# right answers written otherwise than the solution: each must pass exercise 07's checker
+RIGHT_07 = {
+    "a temporary bound on both branches of an if": _UPDATE_07.replace(
+        "        alpha = np.exp(m - m_ref)\n",
+        "        if np.all(np.isneginf(m)):\n            alpha = np.zeros_like(m)\n        else:\n"
+        "            alpha = np.exp(m - m_ref)\n"),
+    "a loop over the rows inside the update": _UPDATE_07.replace(
+        "        p = np.exp(s - m_ref[:, None])\n",
+        "        p = np.empty_like(s)\n        for r in range(s.shape[0]):\n            row = s[r]\n"
+        "            p[r] = np.exp(row - m_ref[r])\n"),
+    "augmented assignments": _UPDATE_07.replace("        l = l * alpha + p.sum(axis=1)\n",
+                                                "        l *= alpha\n        l += p.sum(axis=1)\n"),
+}
+
+
 WRONG = {
     "04": {
         "running max starts at 0": (_edit("04", "m, s, trace = -np.inf, 0.0, []\n    for x in xs:\n        m_new",
@@ -364,6 +402,10 @@ WRONG = {
         "no visible key told by a very negative max": (_edit("07", "m_ref = np.where(np.isneginf(m_new), 0.0, m_new)",
                                                              "m_ref = np.where(m_new < -1e30, 0.0, m_new)"),
                                                        "a row sees no key only while its max is exactly -inf"),
+        # the scores and values of every tile so far kept and the softmax recomputed: right numbers,
+        # O(keys) memory, not the online recurrence (judged from the source)
+        "every tile kept, the softmax recomputed over them": (_edit("07", _UPDATE_07, _KEEP_TILES_07), "carries `vals`"),
+        "a list of tiles filled tile by tile": (_edit("07", _UPDATE_07, _LIST_OF_TILES_07), "carries `acc`"),
     },
     "01": {
         "no max subtraction": (_edit("01", "fast_exp(xr[c] - m)", "fast_exp(xr[c])"), "100.0"),
@@ -631,3 +673,11 @@ def test_the_checkers_kernel_signatures_are_the_scaffolds_and_names_by_position_
     assert check._not_jit_kernels(text.replace("in_ptr", "x_ptr"), check.TRITON_KERNELS["05"]) is None
     dropped = check._not_jit_kernels(text.replace("scale, q_len,\n", "scale,\n"), check.TRITON_KERNELS["05"])
     assert dropped and "keep the kernel's signature" in dropped and "6 by position" in dropped, dropped
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT_07))
+def test_a_right_answer_written_otherwise_passes_exercise_07(tmp_path, name):
+    f = tmp_path / check.EXERCISES["07"]
+    f.write_text(_edit("07", _UPDATE_07, RIGHT_07[name]))
+    results = check.run_check("07", f, timeout=120)
+    assert check.status(results) == "passed", [tuple(r) for r in results if r.verdict != check.PASS]
