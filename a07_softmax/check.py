@@ -1405,6 +1405,45 @@ _TILE_FORBIDDEN = {"globals", "locals", "vars", "eval", "exec", "getattr", "seta
                    "compile", "open", "_getframe", "currentframe", "f_locals", "f_back", "f_globals"}
 
 
+# a reduction over many elements inside online_scalar's loop: the prefix recomputed, not folded
+_REDUCTIONS = {"sum", "fsum", "amax", "amin", "nanmax", "nanmin", "nansum", "logsumexp", "cumsum", "prod", "mean",
+               "reduce", "accumulate"}
+
+
+def _online_scalar_problem(text: str) -> str | None:
+    """Why exercise 04's online_scalar is not the online update (one element folded into (m, s) per
+    step), judged from its source: inside its loop, a slice, or a max, min or sum over many elements,
+    recomputes the prefix (the two-pass softmax, once per element). None when it folds, or when the
+    file does not parse (the child names the syntax error) or the function is still the stub."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "online_scalar"), None)
+    if fn is None or any(isinstance(n, ast.Raise) for n in fn.body):
+        return None
+    why = ("each step must fold the one new element into (m, s): m_new = max(m, x), s rescaled by "
+           "exp(m - m_new) plus exp(x - m_new); recomputing over the elements seen so far is the two-pass "
+           "softmax once per element, not the online update")
+    for loop in (n for n in ast.walk(fn) if isinstance(n, (ast.For, ast.While, ast.ListComp, ast.GeneratorExp))):
+        for node in ast.walk(loop):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice):
+                return f"online_scalar slices the row inside its loop (line {node.lineno}): {why}"
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                pair = len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple)) \
+                    and len(node.args[0].elts) == 2   # max([m, x]): two numbers, as max(m, x)
+                many = name in ("max", "min") and len(node.args) == 1 and not node.keywords and not pair \
+                    if isinstance(f, ast.Name) else name in ("max", "min") and not node.args
+                if many or name in _REDUCTIONS or (isinstance(f, ast.Attribute) and name in ("max", "min")
+                                                   and isinstance(f.value, ast.Name) and f.value.id in ("np", "numpy")):
+                    return f"online_scalar takes a {name} over many elements inside its loop (line {node.lineno}): {why}"
+    return None
+
+
 def _tile_loop_parts(text: str):
     """(statements before the loop, the loop's header, its first `n` statements, the rest of its body,
     statements after it) of attention_block, as ast nodes; None where there is no such loop."""
@@ -1652,6 +1691,13 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
         if not_kernels:
             return [Result("the kernels", FAIL, not_kernels, 0, 0)] + [
                 Result(c.name, FAIL, "not run: see the kernels", 0, c.points, c.hidden) for c in cases]
+        if number == "04" and (scalar_problem := _online_scalar_problem(text)):  # judged from the source
+            results.append(Result("online_scalar folds one element at a time", FAIL, scalar_problem, 0, 0))
+            results += [Result(c.name, FAIL, "not run: see 'online_scalar folds one element at a time'", 0, c.points,
+                               c.hidden) for c in cases if c.call["fn"] == "online_scalar"]
+            cases = [c for c in cases if c.call["fn"] != "online_scalar"]
+            names.clear()
+            names.update({f"c{i}": c.name for i, c in enumerate(cases)})
         if number == "07" and (loop_problem := _tile_loop_problem(text)):  # judged from the source
             results.append(Result("attention_block walks the key tiles", FAIL, loop_problem, 0, 0))
             results += [Result(c.name, FAIL, "not run: see 'attention_block walks the key tiles'", 0, c.points, c.hidden)

@@ -105,6 +105,27 @@ def scale_mask_softmax(x, scale, causal=True, q_len=None):
     return (e / torch.where(d == 0, torch.ones_like(d), d)).to(x.dtype)
 """
 
+_SCALAR_04 = """    m, s, trace = -np.inf, 0.0, []
+    for x in xs:
+        m_new = max(m, float(x))
+        s = s * np.exp(m - m_new) + np.exp(x - m_new)
+        m = m_new
+        trace.append((m, float(s)))
+    return trace
+"""
+# right answers written otherwise than the solution: each must pass exercise 04's checker
+RIGHT_04 = {
+    "an index loop, np.maximum": """    m, s, trace = -np.inf, 0.0, []
+    for i in range(len(xs)):
+        x = float(xs[i])
+        m_new = float(np.maximum(m, x))
+        s = s * np.exp(m - m_new) + np.exp(x - m_new)
+        m = m_new
+        trace.append((m, float(s)))
+    return trace
+""",
+    "max of a pair": _SCALAR_04.replace("max(m, float(x))", "max([m, float(x)])"),
+}
 _UPDATE_07 = """        m_new = np.maximum(m, s.max(axis=1))
         m_ref = np.where(np.isneginf(m_new), 0.0, m_new)   # no visible key yet: never -inf - -inf
         alpha = np.exp(m - m_ref)
@@ -145,6 +166,20 @@ RIGHT_07 = {
 
 WRONG = {
     "04": {
+        "online_scalar recomputes every prefix": (_edit("04", _SCALAR_04, """    trace = []
+    for i in range(len(xs)):
+        seen = np.asarray(xs[:i + 1], dtype=np.float64)
+        m = float(seen.max())
+        trace.append((m, float(np.exp(seen - m).sum())))
+    return trace
+"""), "online_scalar slices the row inside its loop"),
+        "online_scalar keeps the elements seen and sums them": (_edit("04", _SCALAR_04, """    trace, seen = [], []
+    for x in xs:
+        seen.append(float(x))
+        m = max(seen)
+        trace.append((m, sum(np.exp(v - m) for v in seen)))
+    return trace
+"""), "online_scalar takes a max over many elements"),
         "running max starts at 0": (_edit("04", "m, s, trace = -np.inf, 0.0, []\n    for x in xs:\n        m_new",
                                           "m, s, trace = 0.0, 0.0, []\n    for x in xs:\n        m_new", 1),
                                     "max starts negative"),
@@ -680,4 +715,12 @@ def test_a_right_answer_written_otherwise_passes_exercise_07(tmp_path, name):
     f = tmp_path / check.EXERCISES["07"]
     f.write_text(_edit("07", _UPDATE_07, RIGHT_07[name]))
     results = check.run_check("07", f, timeout=120)
+    assert check.status(results) == "passed", [tuple(r) for r in results if r.verdict != check.PASS]
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT_04))
+def test_a_right_answer_written_otherwise_passes_exercise_04(tmp_path, name):
+    f = tmp_path / check.EXERCISES["04"]
+    f.write_text(_edit("04", _SCALAR_04, RIGHT_04[name], 1))
+    results = check.run_check("04", f, timeout=120)
     assert check.status(results) == "passed", [tuple(r) for r in results if r.verdict != check.PASS]
