@@ -1406,8 +1406,8 @@ _TILE_FORBIDDEN = {"globals", "locals", "vars", "eval", "exec", "getattr", "seta
 
 
 # a reduction over many elements inside online_scalar's loop: the prefix recomputed, not folded
-_REDUCTIONS = {"sum", "fsum", "amax", "amin", "nanmax", "nanmin", "nansum", "logsumexp", "cumsum", "prod", "mean",
-               "reduce", "accumulate"}
+# (not reduce or accumulate: functools.reduce and itertools.accumulate are how a fold is written)
+_REDUCTIONS = {"sum", "fsum", "amax", "amin", "nanmax", "nanmin", "nansum", "logsumexp", "cumsum", "prod", "mean"}
 
 
 def _online_scalar_problem(text: str) -> str | None:

@@ -125,6 +125,14 @@ RIGHT_04 = {
     return trace
 """,
     "max of a pair": _SCALAR_04.replace("max(m, float(x))", "max([m, float(x)])"),
+    "a fold with itertools.accumulate": """    import itertools
+
+    def step(state, x):
+        m, s = state
+        m_new = max(m, float(x))
+        return m_new, s * np.exp(m - m_new) + np.exp(x - m_new)
+    return [(m, float(s)) for m, s in itertools.accumulate(xs, step, initial=(-np.inf, 0.0))][1:]
+""",
 }
 _UPDATE_07 = """        m_new = np.maximum(m, s.max(axis=1))
         m_ref = np.where(np.isneginf(m_new), 0.0, m_new)   # no visible key yet: never -inf - -inf
