@@ -1434,9 +1434,14 @@ def _online_scalar_problem(text: str) -> str | None:
             if isinstance(node, ast.Call):
                 f = node.func
                 name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-                pair = len(node.args) == 1 and isinstance(node.args[0], (ast.List, ast.Tuple)) \
-                    and len(node.args[0].elts) == 2   # max([m, x]): two numbers, as max(m, x)
-                many = name in ("max", "min") and len(node.args) == 1 and not node.keywords and not pair \
+
+                def literal(args):   # max([m, x]), np.sum((a, b)): a few terms written out, not a prefix
+                    return bool(args) and isinstance(args[0], (ast.List, ast.Tuple)) \
+                        and not any(isinstance(e, ast.Starred) for e in args[0].elts)
+                if literal(node.args) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call)
+                                          and literal(f.value.args)):
+                    continue
+                many = name in ("max", "min") and len(node.args) == 1 and not node.keywords \
                     if isinstance(f, ast.Name) else name in ("max", "min") and not node.args
                 if many or name in _REDUCTIONS or (isinstance(f, ast.Attribute) and name in ("max", "min")
                                                    and isinstance(f.value, ast.Name) and f.value.id in ("np", "numpy")):

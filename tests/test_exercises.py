@@ -125,6 +125,8 @@ RIGHT_04 = {
     return trace
 """,
     "max of a pair": _SCALAR_04.replace("max(m, float(x))", "max([m, float(x)])"),
+    "sums and maxima of terms written out": _SCALAR_04.replace("max(m, float(x))", "float(np.array([m, x]).max())")
+    .replace("s * np.exp(m - m_new) + np.exp(x - m_new)", "sum([s * np.exp(m - m_new), np.exp(x - m_new)])"),
     "a fold with itertools.accumulate": """    import itertools
 
     def step(state, x):
