@@ -2,6 +2,8 @@
 untouched exercises say 'not implemented yet' (never a crash), and a library of the wrong answers
 learners write, each of which must fail (never pass, never read as passed when a check could not
 run) with a message naming the concept."""
+import re
+
 import numpy as np
 import pytest
 
@@ -105,25 +107,17 @@ def scale_mask_softmax(x, scale, causal=True, q_len=None):
     return (e / torch.where(d == 0, torch.ones_like(d), d)).to(x.dtype)
 """
 
-_SCALAR_04 = """    m, s, trace = -np.inf, 0.0, []
-    for x in xs:
-        m_new = max(m, float(x))
-        s = s * np.exp(m - m_new) + np.exp(x - m_new)
-        m = m_new
-        trace.append((m, float(s)))
-    return trace
-"""
+def _solution_block(number, index):
+    """The index-th solution block of a solution file (the lines between BEGIN and END SOLUTION)."""
+    blocks = re.findall(r"### BEGIN SOLUTION\n(.*?)^[ \t]*### END SOLUTION", _sol(number), re.S | re.M)
+    return blocks[index]
+
+
+_SCALAR_04 = _solution_block("04", 0)        # online_scalar's loop
 # right answers written otherwise than the solution: each must pass exercise 04's checker
 RIGHT_04 = {
-    "an index loop, np.maximum": """    m, s, trace = -np.inf, 0.0, []
-    for i in range(len(xs)):
-        x = float(xs[i])
-        m_new = float(np.maximum(m, x))
-        s = s * np.exp(m - m_new) + np.exp(x - m_new)
-        m = m_new
-        trace.append((m, float(s)))
-    return trace
-""",
+    "an index loop, np.maximum": _SCALAR_04.replace("    for x in xs:\n", "    for i in range(len(xs)):\n        x = float(xs[i])\n")
+    .replace("max(m, float(x))", "float(np.maximum(m, x))"),
     "max of a pair": _SCALAR_04.replace("max(m, float(x))", "max([m, float(x)])"),
     "sums and maxima of terms written out": _SCALAR_04.replace("max(m, float(x))", "float(np.array([m, x]).max())")
     .replace("s * np.exp(m - m_new) + np.exp(x - m_new)", "sum([s * np.exp(m - m_new), np.exp(x - m_new)])"),
@@ -136,14 +130,7 @@ RIGHT_04 = {
     return [(m, float(s)) for m, s in itertools.accumulate(xs, step, initial=(-np.inf, 0.0))][1:]
 """,
 }
-_UPDATE_07 = """        m_new = np.maximum(m, s.max(axis=1))
-        m_ref = np.where(np.isneginf(m_new), 0.0, m_new)   # no visible key yet: never -inf - -inf
-        alpha = np.exp(m - m_ref)
-        p = np.exp(s - m_ref[:, None])
-        l = l * alpha + p.sum(axis=1)
-        o = o * alpha[:, None] + p @ v[cols]
-        m = m_new
-"""
+_UPDATE_07 = _solution_block("07", 1)        # attention_block's update of (m, l, o)
 _KEEP_TILES_07 = """        vals = v[cols] if start == 0 else np.concatenate([vals, v[cols]])
         sc = s if start == 0 else np.concatenate([sc, s], axis=1)
         top = sc.max(axis=1)
