@@ -258,6 +258,11 @@ def diagnose_nan_under_mask(got, x, visible=None) -> str | None:
     return None
 
 
+# the guard's mistake the lowest-finite cases expose, said the same way in every exercise
+FINITE_IS_NOT_MASKED = ("a row is masked only when its max is exactly -inf, and a guard on \"very negative\" "
+                        "(m < -1e30) takes such a row for a masked one")
+
+
 def diagnose_inf_seen(got, x, visible=None) -> str | None:
     """A +inf score that a row sees makes the row NaN (inf - inf, as torch.softmax; docs/contract.md)."""
     got, x = np.asarray(got, dtype=np.float64), np.asarray(x, dtype=np.float64)
@@ -336,8 +341,7 @@ def diagnose_log_softmax(got, x) -> str | None:
         if taken.any():
             r = int(np.flatnonzero(taken)[0])
             return (f"row {r} came out -inf everywhere, as a masked row would, but its scores are finite (down to "
-                    f"{x[r].min():.3g}): a row is masked only when its max is exactly -inf, and a guard on \"very "
-                    "negative\" takes this row for one")
+                    f"{x[r].min():.3g}): {FINITE_IS_NOT_MASKED}")
         gone = np.isneginf(got) & np.isfinite(x) & (x - m[:, None] < -80)
         if gone.any():
             r, c = (int(v) for v in np.argwhere(gone)[0])
@@ -676,8 +680,7 @@ def cases_05(rng, hidden: bool):
                 lambda got, hx=hx: _with_hint(
                     mismatch(got, R.softmax(hx.astype(np.float64))),
                     lambda: "row 1 came out zeros, as a masked row would, but its scores are finite (all "
-                            f"{hx[1, 0]:.3g}): a row is masked only when its max is exactly -inf, and a guard on "
-                            "\"very negative\" takes this row for one" if np.all(np.asarray(got)[1] == 0) else None)))
+                            f"{hx[1, 0]:.3g}): {FINITE_IS_NOT_MASKED}" if np.all(np.asarray(got)[1] == 0) else None)))
     hx = rng.uniform(-30, 30, size=(5, 77)).astype(np.float32)
     out.append(("no mask, 5 x 77, scale 0.5", "scale_mask_softmax", {"k2": hx},
                 [_arr("k2", **{"as": "torch"}), 0.5, {"kw": {"causal": False}}],
@@ -944,12 +947,8 @@ def cases_cuda(number: str, rng, hidden: bool):
             return None
         if not got[:2].any():
             return ("rows 0 and 1 came out zeros, as fully-masked rows would, but every score they see is finite "
-                    f"(the lowest finite float32, {hx[0, 0]:.3g}): a row is masked only when its max is exactly "
-                    "-inf, and a guard on \"very negative\" takes these rows for masked ones")
-        if not np.isnan(got[2]).all():
-            return ("row 2 sees a score of +inf: its softmax is NaN (inf - inf), as torch.softmax's, and a guard "
-                    "that zeroes any infinite max (isinf) hides it; test for -inf alone")
-        return None
+                    f"(the lowest finite float32, {hx[0, 0]:.3g}): {FINITE_IS_NOT_MASKED}")
+        return diagnose_inf_seen(got, hx, visible)
     cases.append(Case(f"padding only, 6 x {seq}: rows of the lowest finite float32 (uniform), +inf seen (a NaN row) "
                       "and in the padding (ignored), a fully-masked row holding +inf (zeros)",
                       masked_call("xg", "ng", 6, seq, False, True),
@@ -1092,8 +1091,7 @@ def cases_07(rng, hidden: bool):
             zeroed = ~dead & ~got.any(axis=1)
             if zeroed.any() and very_negative:
                 return (f"row {int(np.flatnonzero(zeroed)[0])} came out zeros, as a row that sees no key would, but "
-                        "it sees keys (their scores are finite, about -1e34): a row sees no key only while its max is "
-                        f"exactly -inf, and a guard on \"very negative\" takes it for one ({bad})")
+                        f"it sees keys (their scores are finite, about -1e34): {FINITE_IS_NOT_MASKED} ({bad})")
             for sig, words in sigs:
                 if np.allclose(got, sig, rtol=1e-6, atol=1e-9, equal_nan=True) and not np.allclose(sig, want,
                                                                                                  equal_nan=True):
@@ -1424,6 +1422,9 @@ def _online_scalar_problem(text: str) -> str | None:
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "online_scalar"), None)
     if fn is None or any(isinstance(n, ast.Raise) for n in fn.body):
         return None
+    def literal(args):   # max([m, x]), np.sum((a, b)): a few terms written out, not a prefix
+        return bool(args) and isinstance(args[0], (ast.List, ast.Tuple)) \
+            and not any(isinstance(e, ast.Starred) for e in args[0].elts)
     why = ("each step must fold the one new element into (m, s): m_new = max(m, x), s rescaled by "
            "exp(m - m_new) plus exp(x - m_new); recomputing over the elements seen so far is the two-pass "
            "softmax once per element, not the online update")
@@ -1434,10 +1435,6 @@ def _online_scalar_problem(text: str) -> str | None:
             if isinstance(node, ast.Call):
                 f = node.func
                 name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-
-                def literal(args):   # max([m, x]), np.sum((a, b)): a few terms written out, not a prefix
-                    return bool(args) and isinstance(args[0], (ast.List, ast.Tuple)) \
-                        and not any(isinstance(e, ast.Starred) for e in args[0].elts)
                 if literal(node.args) or (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call)
                                           and literal(f.value.args)):
                     continue

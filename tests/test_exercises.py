@@ -433,7 +433,7 @@ WRONG = {
             "q @ k.T * scale, -np.inf)])\n    end = causal_key_end("), "out of an exercise's reach"),
         "no visible key told by a very negative max": (_edit("07", "m_ref = np.where(np.isneginf(m_new), 0.0, m_new)",
                                                              "m_ref = np.where(m_new < -1e30, 0.0, m_new)"),
-                                                       "a row sees no key only while its max is exactly -inf"),
+                                                       "a row is masked only when its max is exactly -inf"),
         # the scores and values of every tile so far kept and the softmax recomputed: right numbers,
         # O(keys) memory, not the online recurrence (judged from the source)
         "every tile kept, the softmax recomputed over them": (_edit("07", _UPDATE_07, _KEEP_TILES_07), "carries `vals`"),
@@ -479,7 +479,7 @@ WRONG = {
                                                      "a row is masked only when its max is exactly -inf"),
         "fully masked told by isinf (hides a +inf)": (_edit("02", "if (st.m == A07_NEG_INF) out = 0.0f;",
                                                             "if (isinf(st.m)) out = 0.0f;"),
-                                                      "a guard that zeroes any infinite max (isinf) hides it"),
+                                                      "a guard that takes any infinite max for a masked row"),
         "isnan beside the right guard": (_edit("02", "if (st.m == A07_NEG_INF) out = 0.0f;",
                                                "if (st.m == A07_NEG_INF || isnan(out)) out = 0.0f;"),
                                          "a NaN is never hidden"),
