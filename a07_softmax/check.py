@@ -1180,7 +1180,6 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
     for i, case in enumerate(cases):
         cid = f"c{i}"
         rep = by_id.get(cid)
-        npy = run.box / "outputs" / f"{cid}.npy" if run.box else None
         if failure_of_import is not None:
             if failure_of_import.get("not_implemented"):
                 out.append(Result(case.name, TODO, "raise NotImplementedError is still there", 0, case.points, case.hidden))
@@ -1222,7 +1221,12 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
                               case.hidden))
             continue
         try:
-            got = np.load(npy, allow_pickle=False)
+            from . import sandbox
+
+            # read as the judge reads anything the child wrote: no links followed, no FIFO waited on
+            got = sandbox.load_output(run.box, f"outputs/{cid}.npy") if run.box else None
+            if got is None:
+                raise ValueError("reported a result but left no output file (outputs/ tampered with?)")
             if got.dtype.kind not in "fiub":
                 raise ValueError(f"returned {got.dtype} values, not numbers")
             if case.call.get("expect_dtype") and rep.get("dtype") != case.call["expect_dtype"]:
@@ -1335,7 +1339,7 @@ def _judge_clock(case, module_name: str, text: str, timeout: float, hide):
             seconds = sandbox.run_child(box, {"kind": kind, "module": module_name, "calls": calls}, timeout,
                                         gpu=False, hide=hide).seconds
             try:
-                out = np.load(box / "outputs" / "c0.npy", allow_pickle=False)
+                out = sandbox.load_output(box, "outputs/c0.npy")
             except (OSError, ValueError):
                 out = None
             return seconds, out

@@ -4,7 +4,9 @@ The checker and the grader never run a submission in their own process. Each run
 temporary folder (the "box") holding only what it needs: a copy of the submission, the course
 headers a CUDA drill includes, the inputs, and the child runner (exercise_child.py). The child
 computes outputs and writes them as .npy files into the box; the trusted parent reads them and
-judges. Nothing the child prints is a verdict.
+judges. Nothing the child prints is a verdict. The parent reads back what the child left (outputs,
+logs, progress) through read_box_file only: no symbolic link followed, no FIFO waited on, only regular
+files, so whatever the child turned those files into cannot make the judge read elsewhere or hang.
 
 Limits on every run: a wall-clock timeout after which the child's whole process group is killed,
 CPU time, file sizes and open files (and, where no GPU is used, address space). Output goes to files
@@ -28,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -145,8 +148,8 @@ def run_child(box: Path, request: dict, timeout: float, *, gpu: bool, hide=(), m
                     done = True
                 except subprocess.TimeoutExpired:
                     timed_out = time.monotonic() >= deadline
-                if on_progress and (box / "progress.txt").exists():  # also what a quick child did at once
-                    lines = (box / "progress.txt").read_text(errors="replace").splitlines()
+                if on_progress:  # also what a quick child did at once
+                    lines = read_box_file(box, "progress.txt", 1 << 20).decode(errors="replace").splitlines()
                     for line in lines[seen:]:
                         on_progress(line.strip())
                     seen = len(lines)
@@ -163,8 +166,7 @@ def run_child(box: Path, request: dict, timeout: float, *, gpu: bool, hide=(), m
     seconds = time.monotonic() - start
 
     def tail(name, n=4000):
-        p = box / name
-        return p.read_bytes()[-n:].decode(errors="replace") if p.exists() else ""
+        return read_box_file(box, name, n).decode(errors="replace")
 
     results = []
     for line in tail("results.jsonl", 1 << 20).splitlines():
@@ -177,6 +179,65 @@ def run_child(box: Path, request: dict, timeout: float, *, gpu: bool, hide=(), m
     running = tail("progress.txt", 400).strip().splitlines()
     return ChildRun(None if timed_out else proc.returncode, timed_out, seconds, tail("stdout.txt"), tail("stderr.txt"),
                     running[-1] if running else "", results, sandboxed)
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def read_box_file(box: Path, relpath: str, limit: int, *, whole: bool = False) -> bytes:
+    """The last `limit` bytes of a file the child may have written (b"" if there is none), read so that
+    the child cannot make the judge wait or read elsewhere: every component of `relpath` is opened
+    without following a symbolic link (the child could swap outputs/ for a link to another folder),
+    a FIFO is never waited on (a child that leaves results.jsonl as a FIFO with no writer would
+    otherwise hang the grader for good) and only a regular file is read. whole=True refuses a file
+    longer than `limit` (ValueError) instead of reading its tail."""
+    parts = [part for part in Path(relpath).parts if part not in ("", ".")]
+    if not parts or ".." in parts:
+        raise ValueError(f"{relpath!r} is not a path inside the box")
+    fds = []
+    try:
+        try:
+            if os.open in os.supports_dir_fd and hasattr(os, "O_DIRECTORY"):
+                fds.append(os.open(box, os.O_RDONLY | os.O_DIRECTORY))
+                for part in parts[:-1]:
+                    fds.append(os.open(part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=fds[-1]))
+                fd = os.open(parts[-1], os.O_RDONLY | _NOFOLLOW, dir_fd=fds[-1])
+            else:   # Windows: no dir_fd; a child there has the learner's rights anyway (see above)
+                fd = os.open(Path(box, *parts), os.O_RDONLY | _NOFOLLOW | getattr(os, "O_BINARY", 0))
+        except OSError:
+            return b""
+        fds.append(fd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return b""
+        if st.st_size > limit:
+            if whole:
+                raise ValueError(f"{relpath}: {st.st_size} bytes, more than the {limit} expected")
+            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+        chunks, left = [], min(limit, st.st_size)
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
+
+
+def load_output(box: Path, relpath: str):
+    """An array the child saved (numpy .npy, no pickles), read as read_box_file reads; None if the
+    child left no regular file there. ValueError if what is there is not an array."""
+    import io
+
+    import numpy as np
+
+    data = read_box_file(box, relpath, MAX_FILE_BYTES, whole=True)
+    if not data:
+        return None
+    return np.load(io.BytesIO(data), allow_pickle=False)
 
 
 def _reap(box: Path) -> None:

@@ -2,6 +2,7 @@
 folder layouts instructors actually collect. Every attack must score below full marks, leave the
 course checkout and the other learners' files unchanged, and leave no process behind."""
 import csv
+import faulthandler
 import hashlib
 import os
 import subprocess
@@ -40,6 +41,17 @@ ATTACKS_04 = {
         f"subprocess.Popen('sleep 601 # {MARK}', shell=True, stdout=sys.stdout, stderr=sys.stderr)\n"
         "def online_scalar(xs): return [(0.0, 1.0)] * len(xs)\n"),
     "hangs": "def online_scalar(xs):\n    while True:\n        pass\n",
+    # the files the judge reads back, left as FIFOs with no writer: a judge that opened them plainly
+    # would wait for good (the timeout guards the child, not the judge's own reads)
+    "leaves_fifos_for_the_judge": (
+        "import os\n"
+        "def online_scalar(xs):\n"
+        "    box = os.environ['A07_BOX']\n"
+        "    for name in ('results.jsonl', 'stdout.txt', 'stderr.txt', 'progress.txt', 'outputs/c0.npy'):\n"
+        "        p = os.path.join(box, name)\n"
+        "        try:\n            os.remove(p)\n        except OSError:\n            pass\n"
+        "        os.mkfifo(p)\n"
+        "    os._exit(0)\n"),
     "overwrites_alice": (
         "import glob\n"
         "for f in glob.glob('/**/alice/04_online_trace.py', recursive=True) + glob.glob('/tmp/**/04_online_trace.py', recursive=True):\n"
@@ -131,8 +143,14 @@ def graded(tmp_path_factory):
     (folder / "carol" / "04_trace.py").write_text(SOLUTION_04)
     before = _tree_digest()
     start = time.monotonic()
-    rows, skipped = grade.grade(folder, timeout=15)
-    grade.write(folder, rows, skipped, sandbox.bwrap_works())
+    # a judge that waits on something a submission left behind fails here with its stack, not by
+    # holding CI until its limit
+    faulthandler.dump_traceback_later(900, exit=True)
+    try:
+        rows, skipped = grade.grade(folder, timeout=15)
+        grade.write(folder, rows, skipped, sandbox.bwrap_works())
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     time.sleep(0.5)
     return dict(folder=folder, rows={(r.learner, r.exercise): r for r in rows}, skipped=skipped,
                 before=before, after=_tree_digest(), seconds=time.monotonic() - start, leftovers=_leftovers())
@@ -243,3 +261,33 @@ def test_csv_cells_a_spreadsheet_would_run_are_kept_as_text(tmp_path):
     assert table[1][0] == "'=HYPERLINK(\"x\")" and table[1][5] == "'@SUM(A1)" and table[2][0] == "bob"
     with open(tmp_path / "totals.csv", newline="") as fh:
         assert [r[0] for r in csv.reader(fh)][1:] == ["'=HYPERLINK(\"x\")", "bob"]
+
+
+def test_the_judge_reads_what_the_child_wrote_without_following_links_or_waiting(tmp_path):
+    """sandbox.read_box_file is how the judge reads every file a child could have replaced."""
+    import numpy as np
+
+    box = tmp_path / "box"
+    (box / "outputs").mkdir(parents=True)
+    np.save(box / "outputs" / "c0.npy", np.arange(5.0))
+    assert sandbox.load_output(box, "outputs/c0.npy").tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    (box / "log.txt").write_bytes(b"a" * 100 + b"tail")
+    assert sandbox.read_box_file(box, "log.txt", 4) == b"tail"
+    with pytest.raises(ValueError, match="more than"):
+        sandbox.read_box_file(box, "log.txt", 4, whole=True)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    np.save(secret / "c0.npy", np.ones(3))
+    os.symlink(secret / "c0.npy", box / "outputs" / "c1.npy")      # a link as the file
+    os.symlink(secret, box / "linked")                              # a link as a folder on the way
+    os.mkfifo(box / "outputs" / "c2.npy")                           # a FIFO nobody writes
+    start = time.monotonic()
+    for rel in ("outputs/c1.npy", "linked/c0.npy", "outputs/c2.npy", "outputs/none.npy"):
+        assert sandbox.read_box_file(box, rel, 1 << 20) == b"", rel
+        assert sandbox.load_output(box, rel) is None, rel
+    assert time.monotonic() - start < 5
+    with pytest.raises(ValueError, match="inside the box"):
+        sandbox.read_box_file(box, "../secret/c0.npy", 1 << 20)
+    (box / "outputs" / "c3.npy").write_bytes(b"not an array")
+    with pytest.raises(ValueError):
+        sandbox.load_output(box, "outputs/c3.npy")
