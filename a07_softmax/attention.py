@@ -23,6 +23,9 @@ import numpy as np
 from . import reference as R
 
 HEAD_DIMS = (16, 32, 64, 128)
+# the most programs a CUDA grid holds in its second dimension (batch x heads here); larger batches
+# are launched a slice of whole batch entries at a time
+MAX_GRID_HEADS = 65535
 
 
 def reference(q, k, v, *, causal: bool = False, kv_len=None, scale: float | None = None) -> np.ndarray:
@@ -124,6 +127,34 @@ def _use_tma(q, k, v, interp: bool) -> bool:
 _KERNEL = []
 
 
+def _launch(q, k, v, out, kv_len, scale, causal, block_m, block_n, tiles, tma, interp, heads_per_group):
+    """One launch of the kernel over (B, H, S, D) slices, B * H within the grid's second dimension."""
+    import torch
+    import triton
+
+    b, h, s, d = q.shape
+    grid = (triton.cdiv(s, block_m), b * h)
+    kd, vd = k, v                                   # unused by the pointer path
+    if tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        # (B*H, S, D): a tile never crosses into the next head; rows past S read as zeros
+        kd, vd = (TensorDescriptor(t.view(b * h, s, d), [b * h, s, d], [s * d, d, 1], [1, block_n, d])
+                  for t in (k, v))
+    group = int(heads_per_group or head_group(b * h, s, d, q.element_size()))
+    _KERNEL[0][grid](q, k, v, out, kd, vd, kv_len if kv_len is not None else q, s, scale, h, min(group, b * h),
+                     q.stride(0), q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
+                     CAUSAL=causal, HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
+                     UPCAST=interp and q.dtype == torch.bfloat16, HEAVY_FIRST=causal,
+                     FOLD=FOLD_SCALE and scale > 0, TMA=tma,
+                     **({} if interp else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}))
+
+
+def _overlaps(a, b) -> bool:
+    pa, pb = a.data_ptr(), b.data_ptr()
+    return pa < pb + b.numel() * b.element_size() and pb < pa + a.numel() * a.element_size()
+
+
 def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float | None = None,
                     block_m: int | None = None, block_n: int | None = None, out=None, tma: bool | None = None,
                     heads_per_group: int | None = None):
@@ -163,11 +194,16 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
         lo, hi = int(kv_len.min()), int(kv_len.max())
         if lo < 0 or hi > s:
             raise ValueError(f"kv_len must lie in [0, seq = {s}], got values from {lo} to {hi}")
+        kv_len = kv_len.contiguous()   # the kernel reads batch entry i's length at kv_len + i
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if out is None:
         out = torch.empty_like(q)
     elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {q.dtype} tensor of shape {tuple(q.shape)} on {q.device}")
+    elif any(_overlaps(out, t) for t in (k, v)) or (out.data_ptr() != q.data_ptr() and _overlaps(out, q)):
+        # every program reads all of its head's k and v, and its own block of q before it writes that
+        # block of out: out may be q itself, but a write into k, v or another block of q would be read
+        raise ValueError("out overlaps k or v (or part of q): pass out=q to write over q, or a separate tensor")
     interp = not q.is_cuda
     tma = _use_tma(q, k, v, interp) if tma is None else bool(tma)
     tiles = Tiles(16, 16, 4, 1) if interp else pick_tiles(d, tma)
@@ -180,23 +216,18 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
         from .attention_kernels import attention_fwd_kernel
 
         _KERNEL.append(attention_fwd_kernel)
-    grid = (triton.cdiv(s, block_m), b * h)
-    kd, vd = k, v                                   # unused by the pointer path
-    if tma:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        # (B*H, S, D): a tile never crosses into the next head; rows past S read as zeros
-        kd, vd = (TensorDescriptor(t.view(b * h, s, d), [b * h, s, d], [s * d, d, 1], [1, block_n, d])
-                  for t in (k, v))
+    if h > MAX_GRID_HEADS:
+        raise ValueError(f"heads = {h} > {MAX_GRID_HEADS}: the kernel's grid holds a batch entry's heads in its "
+                         f"second dimension, which CUDA limits to {MAX_GRID_HEADS}")
     import contextlib
 
     ctx = torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext()
+    # batch x heads past the grid's second dimension: whole batch entries a launch (batch is the
+    # outermost dimension, so each slice is contiguous and indexes its own kv_len from 0)
+    per = MAX_GRID_HEADS // h
     with ctx, np.errstate(all="ignore"):
-        group = int(heads_per_group or head_group(b * h, s, d, q.element_size()))
-        _KERNEL[0][grid](q, k, v, out, kd, vd, kv_len if kv_len is not None else q, s, scale, h, min(group, b * h),
-                         q.stride(0), q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
-                         CAUSAL=bool(causal), HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
-                         UPCAST=interp and q.dtype == torch.bfloat16, HEAVY_FIRST=bool(causal),
-                         FOLD=FOLD_SCALE and scale > 0, TMA=tma,
-                         **({} if interp else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}))
+        for b0 in range(0, b, per):
+            b1 = min(b, b0 + per)
+            _launch(q[b0:b1], k[b0:b1], v[b0:b1], out[b0:b1], None if kv_len is None else kv_len[b0:b1], scale,
+                    bool(causal), block_m, block_n, tiles, tma, interp, heads_per_group)
     return out

@@ -53,6 +53,9 @@ def check(q, k, v, kv_len=None, scale=None):
     if kv_len is not None:
         if tuple(kv_len.shape) != (b,) or "int32" not in str(kv_len.dtype):
             raise ValueError(f"kv_len must be int32 of shape ({b},), got {kv_len.dtype} {tuple(kv_len.shape)}")
+        if not native.meta(kv_len).contiguous:   # the kernel reads batch entry i's length at kv_len + i
+            raise ValueError("kv_len is not contiguous (a strided view such as lens[:, 0]?); pass a contiguous "
+                             "copy (.contiguous() for torch, .copy() for NumPy and CuPy)")
         lens = np.asarray(kv_len.get() if hasattr(kv_len, "get") else
                           kv_len.cpu().numpy() if hasattr(kv_len, "cpu") else kv_len)
         if lens.size and (lens.min() < 0 or lens.max() > s):

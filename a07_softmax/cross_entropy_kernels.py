@@ -74,3 +74,19 @@ def scale_rows_kernel(G, SCALE, n_cols, stride_g, stride_scale, TILE: tl.constex
             cols = start + tl.arange(0, TILE)
             g = tl.load(g_row + cols, mask=cols < n_cols).to(tl.float32)
             tl.store(g_row + cols, (g * factor).to(G.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def targets_outside_vocab_kernel(T, n, vocab, ignore_index, VERDICT, BLOCK: tl.constexpr):
+    # cross_entropy()'s test of its targets: VERDICT = 1 when some target is outside [0, vocab) and
+    # is not ignore_index, else 0. One program walks them all (a target is 8 bytes, its row of
+    # logits thousands), so that its one store is the whole verdict and nothing needs zeroing first.
+    # Compared in the targets' own width (int64: 2^32 is not 0).
+    offs = tl.arange(0, BLOCK)
+    bad = tl.zeros([BLOCK], tl.int32)
+    for start in tl.range(0, n, BLOCK):
+        idx = start + offs
+        live = idx < n
+        t = tl.load(T + idx, mask=live, other=0)
+        bad |= (live & (t != ignore_index) & ((t < 0) | (t >= vocab))).to(tl.int32)
+    tl.store(VERDICT, tl.max(bad, 0).to(tl.uint8))

@@ -142,6 +142,54 @@ def test_head_dim_64_and_tails(rng):
     _check(rng, 1, 1, 70, 64, torch.float16, True, [45], DEVICE)
 
 
+def test_a_strided_kv_len_is_read_by_batch_entry(rng):
+    """kv_len = lens[:, 0] (stride 2): batch entry i sees kv_len[i] keys, not the i-th int in memory."""
+    b, h, s, d = 3, 2, 20, 16
+    q, k, v = (torch.tensor(rng.normal(size=(b, h, s, d)), dtype=torch.float32, device=DEVICE) for _ in range(3))
+    lens = torch.tensor([[5, 19], [20, 7], [0, 1]], dtype=torch.int32, device=DEVICE)
+    for causal in (False, True):
+        out = A.flash_attention(q, k, v, causal=causal, kv_len=lens[:, 0])
+        ref = A.reference(*(t.double().cpu().numpy() for t in (q, k, v)), causal=causal, kv_len=[5, 20, 0])
+        assert _err(out, ref) <= accuracy.tolerance(torch.float32), (causal, _err(out, ref))
+
+
+def test_batches_past_the_grid_limit_run_a_slice_at_a_time(rng, monkeypatch):
+    """CUDA's grid holds at most 65535 programs in its second dimension (batch x heads here): larger
+    batches go a slice of whole batch entries at a time, each with its own kv_len; a batch entry of
+    more heads than that is a clear error. The limit is lowered here so that a CPU sees the slices."""
+    monkeypatch.setattr(A, "MAX_GRID_HEADS", 5)
+    b, h, s, d = 5, 2, 24, 16   # two batch entries a launch: slices of 2, 2 and 1
+    q, k, v = (torch.tensor(rng.normal(size=(b, h, s, d)), dtype=torch.float32, device=DEVICE) for _ in range(3))
+    kv = [24, 0, 7, 1, 19]
+    launched, launch = [], A._launch
+    monkeypatch.setattr(A, "_launch", lambda q, *rest: launched.append(q.shape[0]) or launch(q, *rest))
+    for causal in (False, True):
+        out = A.flash_attention(q, k, v, causal=causal, kv_len=torch.tensor(kv, dtype=torch.int32, device=DEVICE))
+        ref = _reference(q, k, v, causal, kv)
+        assert _err(out, ref) <= accuracy.tolerance(torch.float32), (causal, _err(out, ref))
+    assert launched == [2, 2, 1] * 2   # whole batch entries, never more than 5 programs down the grid
+    wide = torch.zeros(1, 6, 4, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="heads = 6 > 5"):
+        A.flash_attention(wide, wide, wide)
+
+
+def test_out_may_be_q_but_never_k_or_v(rng):
+    """Every program reads all of its head's k and v: an out over them would be read after it was
+    written. Over q itself it is safe (a program reads its block of q before it writes it)."""
+    q, k, v = (torch.tensor(rng.normal(size=(1, 2, 40, 16)), dtype=torch.float32, device=DEVICE) for _ in range(3))
+    ref = _reference(q, k, v, False, None)
+    for name, t in (("k", k), ("v", v)):
+        with pytest.raises(ValueError, match="out overlaps k or v"):
+            A.flash_attention(q, k, v, out=t)
+    both = torch.zeros((2, 1, 2, 40, 16), dtype=torch.float32, device=DEVICE)
+    both[0] = q
+    with pytest.raises(ValueError, match="part of q"):   # q shifted by one row: another block's rows
+        A.flash_attention(both[0], k, v, out=both.view(-1)[16:16 + q.numel()].view(q.shape))
+    q_again = q.clone()
+    out = A.flash_attention(q_again, k, v, out=q_again)
+    assert out.data_ptr() == q_again.data_ptr() and _err(out, ref) <= accuracy.tolerance(torch.float32)
+
+
 def test_bad_arguments_are_refused_before_a_launch():
     q = torch.zeros(1, 1, 4, 16, device=DEVICE)
     with pytest.raises(ValueError, match="head_dim"):

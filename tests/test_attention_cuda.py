@@ -72,6 +72,16 @@ BAD = [
 ]
 
 
+def test_a_strided_kv_len_is_refused_before_a_launch():
+    """The kernel reads batch entry i's length at kv_len + i: a strided view (lens[:, 0]) would hand
+    entry 1 the length stored beside entry 0's."""
+    z = np.ones((2, 2, 4, 16), np.float32)
+    lens = np.array([[3, 0], [1, 0]], np.int32)
+    with pytest.raises(ValueError, match="kv_len is not contiguous"):
+        C.check(z, z, z, kv_len=lens[:, 0])
+    assert C.check(z, z, z, kv_len=lens[:, 0].copy())[:3] == (2, 2, 4)
+
+
 @pytest.mark.parametrize("make,kv_len,err,words", BAD, ids=[b[3] for b in BAD])
 def test_bad_input_is_a_clear_error_before_a_launch(make, kv_len, err, words):
     z = np.ones((1, 2, 4, 16), np.float32)

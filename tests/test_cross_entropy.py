@@ -210,6 +210,77 @@ def test_unchecked_targets_give_nan_rows_not_errors_on_the_gpu(backend):
     _unchecked_bad_target(backend)
 
 
+# (rows, step): the test of the targets walks them `step` at a time in one program (4096 on a GPU,
+# 16 in the interpreter); the bad target goes first, at both sides of a step and last
+_WALK = (5000, 4096) if DEVICE == "cuda" else (40, 16)
+
+
+@pytest.mark.parametrize("target_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("where", ["first", "step_end", "step_start", "last"])
+@pytest.mark.parametrize("bad", [-1, 64, 2**32])
+def test_the_target_test_reads_every_row(target_dtype, where, bad):
+    """The test of the targets (targets_outside_vocab_kernel) looks at every row, compares in 64
+    bits (2^32 is not 0), and takes ignore_index and both ends of the vocabulary for what they are."""
+    if target_dtype == torch.int32 and bad == 2**32:
+        pytest.skip("2^32 is not an int32 target")
+    rows, step = _WALK
+    i = {"first": 0, "step_end": step - 1, "step_start": step, "last": rows - 1}[where]
+    x = torch.randn(rows, 64, device=DEVICE)
+    t = (torch.arange(rows, device=DEVICE) % 64).to(target_dtype)
+    t[::7] = -100
+    t[1] = 63
+    CE.cross_entropy(x, t)  # valid
+    t[i] = bad
+    with pytest.raises(ValueError, match=rf"target\[{i}\] = {bad} is outside \[0, vocab = 64\)"):
+        CE.cross_entropy(x, t)
+    strided = torch.stack([t, torch.zeros_like(t)], 1)
+    with pytest.raises(ValueError, match=rf"target\[{i}\] = {bad} is outside"):
+        CE.cross_entropy(x, strided[:, 0])   # a strided view of the targets
+    CE.cross_entropy(x, strided[:, 1])
+
+
+def _strided_targets_case(rng, device, backend):
+    rows, vocab = 9, 70
+    x = torch.tensor(_logits(rng, rows, vocab), dtype=torch.float32, device=device)
+    t = torch.tensor(_targets(rng, rows, vocab), device=device)
+    # each target beside a decoy column that is a valid class too: read as if dense, the kernel
+    # would take the decoys for every other row's target, and no error would say so
+    pairs = torch.stack([t, (t + 1) % vocab * (t >= 0)], 1)
+    for target in (pairs[:, 0], pairs[:, 0].to(torch.int32), t.flip(0).flip(0)[::1], pairs.t()[0]):
+        assert target.dim() == 1 and torch.equal(target, t)
+        leaf = x.clone().requires_grad_(True)
+        loss = CE.cross_entropy(leaf, target, reduction="none", backend=backend)
+        loss.backward(torch.ones_like(loss))
+        ref_loss, ref_grad = CE.reference(x.double().cpu().numpy(), t.cpu().numpy(), reduction="none")
+        where = f"target of stride {target.stride()} {target.dtype} backend={backend}"
+        assert accuracy.max_rel_err(loss.detach().cpu().numpy(), ref_loss, log=True) <= accuracy.tolerance("float32"), where
+        assert _grad_err(leaf.grad.cpu().numpy(), ref_grad) <= accuracy.tolerance("float32"), where
+
+
+def test_under_no_grad_only_the_loss_is_computed_and_the_logits_stay(rng):
+    """No backward can follow a loss computed under torch.no_grad(): the loss-only pass runs, and
+    inplace=True must not write a gradient over logits that will never be differentiated."""
+    x = torch.tensor(_logits(rng, 6, 50), dtype=torch.float32, device=DEVICE).requires_grad_(True)
+    t = torch.tensor(_targets(rng, 6, 50), device=DEVICE)
+    want = CE.reference(x.detach().double().cpu().numpy(), t.cpu().numpy(), reduction="none")[0]
+    before = x.detach().clone()
+    with torch.no_grad():
+        loss = CE.cross_entropy(x, t, reduction="none", inplace=True)
+    assert loss.grad_fn is None and torch.equal(x.detach(), before), "the logits were overwritten under no_grad"
+    assert accuracy.max_rel_err(loss.cpu().numpy(), want, log=True) <= accuracy.tolerance("float32")
+
+
+def test_a_strided_view_of_the_targets_is_read_by_row(rng):
+    """target = labels[:, 0] (stride 2): row r's target is target[r], not the r-th number in memory."""
+    _strided_targets_case(rng, DEVICE, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", CE.BACKENDS)
+def test_a_strided_view_of_the_targets_is_read_by_row_on_the_gpu(rng, backend):
+    _strided_targets_case(rng, "cuda", backend)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", CE.BACKENDS)
 @pytest.mark.parametrize("vocab", [32768, 50257, 131072, 262144])
