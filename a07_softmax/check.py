@@ -1756,6 +1756,24 @@ MD_EXPECTED = {k: v[0] for k, v in MD_ANSWERS.items()}
 # m_new, so that a mistake in one formula is not counted against the other.
 MD_STATES = [(-np.inf, 0.0, 3.0), (-np.inf, 0.0, -2.5), (2.0, 1.5, 12.0), (12.0, 1.1, 2.0), (4.0, 2.0, 4.0),
              (-3.0, 1.0, -1.0), (0.0, 3.7, 700.0), (800.0, 1.2, 805.0), (805.0, 2.5, 800.0), (-7.0, 1.9, -9.0)]
+# Scores near float32's lowest finite value (-3.4e38) are scores like any other: a finite stand-in
+# for -inf (max(m, x, -1e30)) is larger than they are, and only these states tell it from -inf.
+MD_LOWEST_STATES = [(-np.inf, 0.0, -3.4e38), (-3.0e38, 1.0, -3.4e38), (-3.4e38, 2.0, -3.0e38)]
+# A masked element (-inf) arriving: it changes nothing. Before any finite element the max stays -inf
+# (a stand-in such as 0 would then sit above the scores that follow); the sum's update has no
+# value there (-inf - -inf), so that state judges m_new alone.
+MD_MASKED_STATES = [(2.0, 1.5, -np.inf)]
+MD_MASKED_MAX_STATES = [(-np.inf, 0.0, -np.inf)]
+
+
+def md_states(rng=None, key: str = "s_new") -> list:
+    """The states a formula is evaluated on: the fixed ones (their hints name them), the lowest
+    finite ones, and a dozen drawn afresh on every check, so that no answer can be a table of the
+    fixed states (a conditional expression could otherwise return the truth state by state)."""
+    rng = np.random.default_rng() if rng is None else rng
+    drawn = [(float(rng.uniform(-60, 60)), float(rng.uniform(0.05, 8)), float(rng.uniform(-60, 60))) for _ in range(10)]
+    drawn += [(-np.inf, 0.0, float(rng.uniform(-60, 60))) for _ in range(2)]
+    return MD_STATES + MD_LOWEST_STATES + MD_MASKED_STATES + (MD_MASKED_MAX_STATES if key == "m_new" else []) + drawn
 
 
 def _update_truth(m, s, x):
@@ -1793,7 +1811,7 @@ _FORMULA_FUNCS = {"exp": np.exp, "log": np.log, "max": max, "min": min, "abs": a
 
 def _formula(text: str, names):
     """A learner's formula as a function of `names`, or a reason it is not one. Only arithmetic,
-    numbers, the names and _FORMULA_FUNCS are accepted (the text is parsed, never executed as
+    numbers, the names, _FORMULA_FUNCS and conditionals over comparisons of those are accepted (the text is parsed, never executed as
     Python): math notation is read as Python (^ as a power, the prime of m' as m_new, · and − as *
     and -), and e alone is Euler's number."""
     import ast
@@ -1807,6 +1825,8 @@ def _formula(text: str, names):
         return None, f"'{_clip(text)}' is not a formula I can read (write it in Python syntax, e.g. exp(a - b) * c)"
     binops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
               ast.Pow: operator.pow}
+    compares = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+                ast.Eq: operator.eq, ast.NotEq: operator.ne}
     allowed = set(names) | {"e"}
 
     def build(node):
@@ -1828,6 +1848,24 @@ def _formula(text: str, names):
                 and node.args and not node.keywords):
             f, args = _FORMULA_FUNCS[node.func.id], [build(a) for a in node.args]
             return lambda env: f(*(a(env) for a in args))
+        # a case split (s * exp(m - x) + 1 if x > m else s + exp(x - m)) is how the update is often
+        # written: a conditional over comparisons of the same arithmetic
+        if isinstance(node, ast.IfExp):
+            test, yes, no = build(node.test), build(node.body), build(node.orelse)
+            return lambda env: yes(env) if test(env) else no(env)
+        if isinstance(node, ast.Compare) and all(type(op) in compares for op in node.ops):
+            terms, ops = [build(node.left)] + [build(c) for c in node.comparators], [compares[type(o)] for o in node.ops]
+
+            def chain(env):
+                vals = [f(env) for f in terms]
+                return all(op(a, b) for op, a, b in zip(ops, vals, vals[1:]))
+            return chain
+        if isinstance(node, ast.BoolOp):
+            parts, both = [build(v) for v in node.values], isinstance(node.op, ast.And)
+            return lambda env: (all if both else any)(bool(p(env)) for p in parts)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            a = build(node.operand)
+            return lambda env: not a(env)
         raise ValueError(f"'{_clip(ast.unparse(node))}' is not arithmetic over {', '.join(sorted(allowed))} and "
                          f"{', '.join(_FORMULA_FUNCS)}")
     try:
@@ -1857,31 +1895,56 @@ def _close(got, want):
     return np.allclose(got, want, rtol=1e-9, atol=0.0, equal_nan=True)  # the truth is never NaN
 
 
-def check_formula(key: str, text: str) -> Result:
+def check_formula(key: str, text: str, rng=None) -> Result:
     truth, wrongs = MD_FORMULAS[key]
     name = f"{key}: the update of section 1 as a formula"
     names = ("m", "s", "x") + (("m_new",) if key == "s_new" else ())
     fn, problem = _formula(text, names)
     if fn is None:
         return Result(name, FAIL, problem)
-    got, want = _formula_values(fn, MD_STATES), _formula_values(truth, MD_STATES)
+    states = md_states(rng, key)
+    got, want = _formula_values(fn, states), _formula_values(truth, states)
     if _close(got, want):
         return Result(name, PASS, "", 1)
     for wrong, hint in wrongs:
         sig, _ = _formula(wrong, names)
-        if _close(got, _formula_values(sig, MD_STATES)):
+        if _close(got, _formula_values(sig, states)):
             return Result(name, FAIL, hint)
     bad = [i for i, (g, w) in enumerate(zip(got, want)) if not np.isclose(g, w, rtol=1e-9, atol=0.0)]
-    if all(MD_STATES[i][0] == -np.inf for i in bad):
+    lowest = [i for i, (mm, _, xx) in enumerate(states) if -np.inf < max(mm, xx) < -1e37]
+    nothing = [i for i in bad if max(states[i][0], states[i][2]) == -np.inf]
+    if key == "m_new" and nothing:
+        return Result(name, FAIL, f"m_new comes out {got[nothing[0]]:.6g} at m = -inf, x = -inf (a masked element "
+                                  "before any score): the max of nothing seen yet is still -inf; any finite stand-in "
+                                  "would sit above a score that follows, and stay the max")
+    if key == "m_new" and set(bad) <= set(lowest):
+        k = bad[0]
+        m, s, x = states[k]
+        above = np.isfinite(got[k]) and got[k] > max(m, x)
+        return Result(name, FAIL, f"m_new comes out {got[k]:.6g} at m = {m:g}, x = {x:g}, scores near float32's lowest "
+                                  "finite value (-3.4e38), which are scores like any other: the max is the larger of "
+                                  "them" + ("; a finite stand-in for -inf (-1e30) is larger than such scores, and only "
+                                            "-inf is below every score" if above else ""))
+    first = [i for i in bad if states[i][0] == -np.inf]
+    # x - m is +inf for the empty state and overflows wherever x is far above m: one mistake
+    far = [i for i in bad if i not in first and key == "s_new" and not np.isfinite(got[i])
+           and states[i][2] - states[i][0] > 700]
+    if first and len(first) + len(far) == len(bad):
         why = ("an exponent such as x - m is +inf there; write each exponent against m_new (at most 0)"
                if key == "s_new" else "max(-inf, x) is x there")
-        return Result(name, FAIL, f"wrong for the first element only ({got[bad[0]]:.6g} where it should be "
-                                  f"{want[bad[0]]:.6g}): it starts from the empty state m = -inf, s = 0; {why}")
+        k = first[0]
+        head = (f"wrong for the first element ({got[k]:.6g} where it should be {want[k]:.6g}: it starts from the "
+                f"empty state m = -inf, s = 0)")
+        if not far:
+            return Result(name, FAIL, head.replace("first element", "first element only", 1) + f"; {why}")
+        m, _, x = states[far[0]]
+        return Result(name, FAIL, head + f" and where x is far above m ({got[far[0]]:.6g} at m = {m:g}, x = {x:g}): "
+                                         + why)
     k = bad[0]
-    m, s, x = MD_STATES[k]
+    m, s, x = states[k]
     where = f"at m = {m:g}, s = {s:g}, x = {x:g}"
-    if not np.isfinite(got[k]):
-        fine = [i for i, (mm, _, xx) in enumerate(MD_STATES) if abs(max(mm, xx)) < 50]
+    if key == "s_new" and not np.isfinite(got[k]):
+        fine = [i for i, (mm, _, xx) in enumerate(states) if abs(max(mm, xx)) < 50]
         if _close(got[fine], want[fine]):
             return Result(name, FAIL, f"right for small scores, {got[k]:g} {where}: exp of a raw score overflows "
                                       "(exp(800) is inf); keep every exponent a difference that is at most 0")

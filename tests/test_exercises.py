@@ -596,10 +596,20 @@ WRONG_FORMULAS_03 = [
     ("m_new", "x", "running max never falls"),
     ("m_new", "m", "larger x"),
     ("m_new", "min(m, x)", "m = -inf"),
+    # a finite stand-in for -inf is above float32's lowest scores, and above any score after a masked start
+    ("m_new", "max(m, x, -1e30)", "finite stand-in"),
+    ("m_new", "max(m, x) if max(m, x) > -1e30 else -1e30", "finite stand-in"),
+    ("m_new", "x if x > m else m if m > -1e300 else 0", "nothing seen yet"),
+    # a case split, right in one branch only
+    ("s_new", "s * exp(m - x) + 1 if x > m else s + exp(m - x)", "m = 12, s = 1.1, x = 2"),
+    ("s_new", "s * exp(m - m_new) + exp(x - m_new) if x > -1e30 else s + 1", "x = -3.4e+38"),
 ]
 RIGHT_FORMULAS_03 = [("m_new", "max(x, m)"), ("s_new", "s*e^(m - m') + e^(x - m')"),
                      ("s_new", "s \u00b7 exp(m \u2212 m_new) + exp(x \u2212 m_new)"),
-                     ("s_new", "exp(log(s) + m - max(m, x)) + exp(x - max(m, x))")]
+                     ("s_new", "exp(log(s) + m - max(m, x)) + exp(x - max(m, x))"),
+                     ("m_new", "x if x > m else m"), ("m_new", "x if x >= m else m"),
+                     ("s_new", "s * exp(m - x) + 1 if x > m else s + exp(x - m)"),
+                     ("s_new", "s * exp(min(m - m_new, 0)) + exp(x - m_new)")]
 
 
 @pytest.mark.parametrize("key,formula,words", WRONG_FORMULAS_03)
@@ -616,6 +626,33 @@ def test_a_wrong_update_formula_fails_naming_the_mistake(tmp_path, key, formula,
 @pytest.mark.parametrize("key,formula", RIGHT_FORMULAS_03)
 def test_a_right_update_formula_in_other_notation_passes(key, formula):
     assert check.check_formula(key, formula).verdict == check.PASS
+
+
+def test_a_table_of_the_checkers_states_is_no_formula():
+    """check.py is in the learner's hands: a conditional that returns the truth for every state it
+    lists must still fail, on the states drawn afresh for each check."""
+    fixed = check.MD_STATES + check.MD_LOWEST_STATES + check.MD_MASKED_STATES + check.MD_MASKED_MAX_STATES
+    for key in ("m_new", "s_new"):
+        truth = check.MD_FORMULAS[key][0]
+        table = "0"
+        for m, s, x in fixed:
+            if key == "s_new" and m == x == -np.inf:
+                continue
+            value = truth(m, s, x, max(m, x))
+            table = f"{value!r} if x == {x!r} and m == {m!r} and s == {s!r} else ({table})".replace("inf", "1e999")
+        r = check.check_formula(key, table)
+        assert r.verdict == check.FAIL, (key, r)
+        assert check.check_formula(key, table, rng=np.random.default_rng(0)).verdict == check.FAIL
+
+
+def test_the_formula_checks_hold_for_any_draw_of_states():
+    """The drawn states never fail a right formula nor pass a wrong one, whatever the draw."""
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        for key, formula in RIGHT_FORMULAS_03:
+            assert check.check_formula(key, formula, rng=rng).verdict == check.PASS, (seed, key, formula)
+        for key, formula, _ in WRONG_FORMULAS_03:
+            assert check.check_formula(key, formula, rng=rng).verdict == check.FAIL, (seed, key, formula)
 
 
 def test_exercise_07_update_through_a_helper_of_its_own_passes(tmp_path):
