@@ -16,6 +16,7 @@ import numpy as np
 from . import reference as R
 
 F32 = np.float32
+LOWEST = float(np.finfo(F32).min)   # the lowest finite float32: a score, never a mask
 
 
 class _Fail(Exception):
@@ -223,6 +224,11 @@ def check_online_step(fn) -> Verdict:
          "(-inf, 0) must stay (-inf, 0): never form -inf - (-inf) = NaN"),
         ((1000.0, 1.0, 999.0), (1000.0, 1.0 + math.exp(-1.0)), "scores near 1000",
          "only differences to the max are exponentiated"),
+        ((ninf, 0.0, LOWEST), (LOWEST, 1.0), "the lowest finite float32 into the empty state",
+         "a finite score is a score, however low: the state becomes (x, 1); only m = -inf means nothing seen "
+         "(a guard on \"very negative\", or a stand-in such as -1e30 for -inf, loses it)"),
+        ((LOWEST, 2.0, -3.0e38), (-3.0e38, 1.0), "a new max near the lowest finite float32",
+         "the old sum is rescaled by exp(m - m') like any other; a guard on \"very negative\" drops it"),
     ]
 
     def mk(args, want, what, concept):
@@ -249,6 +255,9 @@ def check_combine(fn) -> Verdict:
          "exp(-inf - (-inf)) is NaN: test m == -inf before forming the rescale factor"),
         (((700.0, 1.0), (-700.0, 1.0)), (700.0, 1.0), "maxima 1400 apart",
          "rescale only the smaller side, by exp(min - max) <= 1: exp(max - min) would overflow"),
+        (((LOWEST, 2.0), (ninf, 0.0)), (LOWEST, 2.0), "a block of the lowest finite float32 and an empty one",
+         "a finite max is a block that holds scores, however low: only m = -inf is the empty state "
+         "(a guard on \"very negative\" takes this block for empty)"),
     ]
 
     def mk(args, want, what, concept):
@@ -280,10 +289,15 @@ def check_attention_row(fn) -> Verdict:
             (12, 4, "scores rising from tile to tile", "when the max grows, rescale o by exp(m - m') like s"),
             (40, 8, "random scores, five tiles", "o accumulates exp(x - m) V for each tile"),
             (13, 5, "a last tile shorter than the others", "the tail tile counts its keys only"),
-            (6, 6, "one tile", "a single tile is a plain softmax @ V")):
+            (6, 6, "one tile", "a single tile is a plain softmax @ V"),
+            (10, 4, "every score the lowest finite float32",
+             "finite scores are scores, however low: the row averages V; only a max of exactly -inf means no "
+             "key is visible (a guard on \"very negative\" skips these tiles)")):
         scores = rng.normal(0, 4, size=n)
         if what.startswith("scores rising"):
             scores = np.sort(scores) * 3
+        if what.startswith("every score the lowest"):
+            scores = np.full(n, LOWEST)
         V = rng.normal(size=(n, 3))
 
         def run(f, scores=scores, V=V, tile=tile, what=what, concept=concept):

@@ -110,6 +110,13 @@ WRONG = [
      "commutative"),
     (inline.check_combine, lambda a, b: (max(a[0], b[0]), (a[1] + b[1] * math.exp(b[0] - a[0])) if a[0] >= b[0]
                                           else (a[1] + b[1]) * math.exp(a[0] - b[0])), "rescale"),
+    # a guard on "very negative" (or a finite stand-in for -inf) takes the lowest finite scores for nothing
+    (inline.check_online_step, lambda m, s, x: (max(m, x), 0.0) if max(m, x) < -1e30 else step(m, s, x), "however low"),
+    (inline.check_online_step, lambda m, s, x: step(max(m, -1e30), s, x) if x > -math.inf else (m, s), "-1e30"),
+    (inline.check_combine, lambda a, b: (max(a[0], b[0]), 0.0) if max(a[0], b[0]) < -1e30 else combine(a, b),
+     "however low"),
+    (inline.check_attention_row, lambda s, V, t: np.zeros(V.shape[1]) if s.max() < -1e30 else attention(s, V, t),
+     "however low"),
     (inline.check_attention_row, lambda s, V, t: attention(s, V, t, rescale_o=False), "rescale o"),
     (inline.check_attention_row, lambda s, V, t: attention(s[:len(s) // t * t], V[:len(s) // t * t], t), "tail"),
     (inline.check_traversals, lambda k: inline.R.TRAFFIC[k].reads, "write"),
