@@ -451,6 +451,7 @@ def check_softmax_backward(fn) -> Verdict:
     x = rng.normal(0, 3, size=(5, 13))
     x[1, ::2] = -np.inf
     x[2, 4] = 60.0
+    x[4] = -np.inf      # a fully masked row: y = 0 there (the course's contract), and so is dx
     y = R.softmax(x)
     dy = rng.normal(size=x.shape)
     want = R.softmax_backward(y, dy)
@@ -470,7 +471,9 @@ def check_softmax_backward(fn) -> Verdict:
         if np.allclose(g, dy - (dy * y).sum(axis=-1, keepdims=True)):
             raise _Fail("dx is missing the factor y: dx = y * (dy - <dy, y>)")
         for r, concept in ((0, "dx = y * (dy - <dy, y>)"), (1, "masked entries (y = 0) get no gradient"),
-                           (2, "a row dominated by one score")):
+                           (2, "a row dominated by one score"),
+                           (4, "a fully masked row (y = 0 everywhere) gets no gradient: <dy, y> is 0 there, and "
+                               "y sums to 1 only where a score is visible, so never divide by its sum")):
             try:
                 _compare(g[r], want[r], f"row {r}", rtol=1e-9, floor=1e-12)
             except _Fail as e:

@@ -138,6 +138,8 @@ WRONG = [
     (inline.check_softmax_backward, lambda y, dy: y * (dy - dy.sum(-1, keepdims=True)), "<dy, y>"),
     (inline.check_softmax_backward, lambda y, dy: dy - (dy * y).sum(-1, keepdims=True), "factor y"),
     (inline.check_softmax_backward, lambda y, dy: y * (dy - (dy * y).sum()), "one dot product per row"),
+    (inline.check_softmax_backward, lambda y, dy: y * (dy - (dy * y).sum(-1, keepdims=True) / y.sum(-1, keepdims=True)),
+     "fully masked row"),
     (inline.check_causal_key_end, lambda q0, q1, n: min(n, q0), "diagonal tile"),
     (inline.check_causal_key_end, lambda q0, q1, n: min(n, q1 - 1), "exclusive"),
     (inline.check_causal_key_end, lambda q0, q1, n: n, "causal saving"),
