@@ -814,3 +814,40 @@ def test_docs_performance_quotes_the_backward_run():
     odd, twin = rate[("triton", "log_softmax_backward", "bfloat16", 16384)], rate[("triton", "softmax_backward", "bfloat16", 16384)]
     assert f"bf16 log_softmax backward at 16384 columns, {odd:.2f} (whole-row path), while the same shape of " \
         f"softmax backward runs at {twin:.2f}" in doc
+
+
+def test_scale_mask_ncu_script_reads_ncus_csv_with_its_units(monkeypatch, capsys):
+    """bench/scale_mask_ncu.py (the open question's counters): ncu's CSV rows are read per launch with
+    their units (Mbyte, usecond), printed as fractions of the tensor and microseconds, and a run that
+    profiled fewer launches than row lengths is an error, not a shorter table."""
+    import importlib.util
+    import subprocess
+
+    from a07_softmax.paths import ROOT
+
+    spec = importlib.util.spec_from_file_location("scale_mask_ncu", ROOT / "bench" / "scale_mask_ncu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    head = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+
+    def rows(ids):
+        out = []
+        for i in ids:
+            for metric, _, _ in mod.METRICS:
+                unit, value = {"gpu__time_duration.sum": ("usecond", "285.2"),
+                               "dram__bytes_read.sum": ("Mbyte", "270.58"),
+                               "dram__bytes_write.sum": ("Gbyte", "0.5")}.get(metric, ("%", "1,000.5"))
+                out.append(f'"{i}","scale_span_softmax_fast_block","{metric}","{unit}","{value}"')
+        return "==PROF== noise\n" + "\n".join([head] + out) + "\n"
+    stdout = rows(range(len(mod.SEQS)))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout, ""))
+    got = mod.measure()
+    assert got[(0, "dram__bytes_read.sum")] == pytest.approx(270.58e6)
+    assert got[(1, "gpu__time_duration.sum")] == pytest.approx(285.2e3)
+    assert got[(2, "launch__registers_per_thread")] == pytest.approx(1000.5)
+    assert mod.main([]) == 0
+    table = capsys.readouterr().out
+    assert "285.2" in table and f"{270.58e6 / (mod.ELEMENTS * 2):.4g}" in table and f"{0.5e9 / (mod.ELEMENTS * 2):.4g}" in table
+    stdout = rows(range(len(mod.SEQS) - 1))
+    with pytest.raises(RuntimeError, match="profiled launches"):
+        mod.main([])
