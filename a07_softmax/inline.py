@@ -17,6 +17,10 @@ from . import reference as R
 
 F32 = np.float32
 LOWEST = float(np.finfo(F32).min)   # the lowest finite float32: a score, never a mask
+# what a row that sees +inf or NaN gives (docs/contract.md): NaN across it, as torch.softmax
+INF_SEEN = ("a +inf score makes the whole row NaN (inf - inf has no value, as torch.softmax): a guard that takes "
+            "any infinite max for a masked row (isinf) hides it; only a max of exactly -inf marks a masked row")
+NAN_SEEN = "a NaN score makes the whole row NaN: a NaN is never hidden (not skipped, not replaced by -inf)"
 
 
 class _Fail(Exception):
@@ -79,6 +83,10 @@ def _compare(got, want, what: str, *, rtol: float, floor: float = 1e-12):
     if bad_nan.any():
         i = int(np.flatnonzero(bad_nan.ravel())[0])
         raise _Fail(f"{what}: NaN at position {i} where {want.ravel()[i]:.6g} was expected")
+    hidden = np.isnan(want) & ~np.isnan(got)
+    if hidden.any():   # nan_to_num below would score a 0 here as right
+        i = int(np.flatnonzero(hidden.ravel())[0])
+        raise _Fail(f"{what}: position {i} is {got.ravel()[i]:.6g} where NaN was expected (a NaN is never hidden)")
     same_inf = np.isinf(got) & np.isinf(want) & (np.sign(got) == np.sign(want))
     err = np.where(same_inf | (np.isnan(got) & np.isnan(want)), 0.0,
                    np.abs(got - np.nan_to_num(want)) / np.maximum(np.abs(np.nan_to_num(want)), floor))
@@ -185,7 +193,9 @@ def check_masked_row_softmax(fn) -> Verdict:
          "a row with no valid score returns zeros, the course's contract: guard the max before x - m"),
         ("a row of the lowest finite float32", np.full(6, np.finfo(F32).min, F32),
          "finite scores are never a masked row, however low: only a max of exactly -inf means nothing is valid "
-         "(a guard on \"very negative\" takes this row for masked)")], True)
+         "(a guard on \"very negative\" takes this row for masked)"),
+        ("a row holding +inf", np.array([1, np.inf, 2, -np.inf], F32), INF_SEEN),
+        ("a row holding NaN", np.array([1, np.nan, 2, -np.inf], F32), NAN_SEEN)], True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -353,11 +363,14 @@ def check_tile_softmax(fn) -> Verdict:
     """fn(tile: (rows, cols) float32 with -inf where masked) -> row-wise softmax, zeros for a row
     that is entirely -inf: the math inside a Triton program's tile."""
     rng = np.random.default_rng(5)
-    t = (rng.normal(size=(5, 16)) * 6).astype(F32)
+    t = (rng.normal(size=(7, 16)) * 6).astype(F32)
     t[1, 5:] = -np.inf
     t[2] = -np.inf
     t[3, 0] = 1000.0
     t[4] = np.finfo(F32).min   # finite, however low: row 4 is not masked (uniform)
+    t[5, 3] = np.inf           # rows 5 and 6 come out NaN (docs/contract.md)
+    t[6, 9:] = -np.inf
+    t[6, 2] = np.nan
 
     def run(f):
         with np.errstate(all="ignore"):
@@ -372,7 +385,8 @@ def check_tile_softmax(fn) -> Verdict:
                            (3, "subtract each row's own max"), (1, "masked entries get 0"),
                            (0, "row-wise softmax"),
                            (4, "a row of the lowest finite float32 is uniform: its scores are finite, however low, "
-                               "and only a max of exactly -inf marks a masked row")):
+                               "and only a max of exactly -inf marks a masked row"),
+                           (5, INF_SEEN), (6, NAN_SEEN)):
             try:
                 _compare(g[r], want[r], f"row {r}", rtol=2e-5)
             except _Fail as e:
@@ -391,7 +405,9 @@ def check_log_softmax(fn) -> Verdict:
             ("a fully masked row", np.full(4, -np.inf, F32), "an empty row gives -inf everywhere, never NaN"),
             ("a row of the lowest finite float32", np.full(4, np.finfo(F32).min, F32),
              "finite scores are never a masked row, however low: this one is uniform, log(1/4) everywhere; only a "
-             "max of exactly -inf means nothing is valid")):
+             "max of exactly -inf means nothing is valid"),
+            ("a row holding +inf", np.array([0, np.inf, -3, -np.inf], F32), INF_SEEN),
+            ("a row holding NaN", np.array([0, np.nan, -3, -np.inf], F32), NAN_SEEN)):
         def run(f, x=x, what=what, concept=concept):
             with np.errstate(all="ignore"):
                 got = f(x.copy())
