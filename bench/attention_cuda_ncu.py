@@ -12,14 +12,13 @@ shared-memory pipe.
 """
 from __future__ import annotations
 
-import argparse
-import csv
-import io
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ncu_metrics  # noqa: E402  (bench/, beside this script)
 
 HEAD_DIMS = (64, 128)
 SHAPE = (1, 16, 1024)   # batch, heads, seq: 16 x 1024 query rows, one warp each
@@ -47,31 +46,14 @@ def launch() -> None:
 
 def measure(ncu: str = "ncu") -> dict:
     """{(launch index, metric): value} from one ncu run over launch()."""
-    cmd = [ncu, "--kernel-name", "regex:attention_fwd", "--csv", "--metrics", ",".join(m for m, _ in METRICS),
-           sys.executable, __file__, "--launch"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode:
-        raise RuntimeError(f"ncu failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
-    lines = p.stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
-    out = {}
-    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
-        out[(int(row["ID"]), row["Metric Name"])] = float(row["Metric Value"].replace(",", ""))
-    return out
+    return ncu_metrics.profile(__file__, "regex:attention_fwd", [m for m, _ in METRICS], ncu)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--launch", action="store_true")
-    ap.add_argument("--ncu", default="ncu")
-    a = ap.parse_args(argv)
-    if a.launch:
-        launch()
+    values = ncu_metrics.run(argv, __doc__, launch, measure, len(HEAD_DIMS))
+    if values is None:
         return 0
-    values = measure(a.ncu)
     launches = sorted({i for i, _ in values})
-    if len(launches) != len(HEAD_DIMS):
-        raise RuntimeError(f"expected {len(HEAD_DIMS)} profiled launches, got {launches}")
     print(f"cuda/attention.cu, fp32, batch x heads x seq = {SHAPE}; one launch per head dim")
     print(f"{'':48}" + "".join(f"d = {d:<8}" for d in HEAD_DIMS))
     for metric, label in METRICS:

@@ -13,15 +13,14 @@ shape outside ncu's filter (the warm-up is a different kernel name: the unmasked
 """
 from __future__ import annotations
 
-import argparse
-import csv
-import io
 import math
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ncu_metrics  # noqa: E402  (bench/, beside this script)
 
 ELEMENTS = 2**28
 SEQS = (2048, 4096, 8192)
@@ -68,34 +67,14 @@ def plans() -> list:
 
 def measure(ncu: str = "ncu") -> dict:
     """{(launch index, metric): value} from one ncu run over launch()."""
-    cmd = [ncu, "--clock-control", "none", "--kernel-name", KERNEL, "--csv", "--metrics",
-           ",".join(m for m, _, _ in METRICS), sys.executable, __file__, "--launch"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode:
-        raise RuntimeError(f"ncu failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
-    lines = p.stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
-    out = {}
-    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
-        unit = row.get("Metric Unit", "")
-        value = float(row["Metric Value"].replace(",", ""))
-        value *= {"Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "usecond": 1e3, "msecond": 1e6}.get(unit, 1)
-        out[(int(row["ID"]), row["Metric Name"])] = value
-    return out
+    return ncu_metrics.profile(__file__, KERNEL, [m for m, _, _ in METRICS], ncu, extra=("--clock-control", "none"))
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--launch", action="store_true")
-    ap.add_argument("--ncu", default="ncu")
-    a = ap.parse_args(argv)
-    if a.launch:
-        launch()
+    values = ncu_metrics.run(argv, __doc__, launch, measure, len(SEQS))
+    if values is None:
         return 0
-    values = measure(a.ncu)
     launches = sorted({i for i, _ in values})
-    if len(launches) != len(SEQS):
-        raise RuntimeError(f"expected {len(SEQS)} profiled launches, got {launches}")
     print("fast.scale_mask_softmax(causal=True), bf16, 2^28 scores a launch, one launch per row length")
     for seq, p in zip(SEQS, plans()):
         print(f"S = {seq:>5}: {p.describe()}")
