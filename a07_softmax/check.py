@@ -1811,8 +1811,8 @@ _FORMULA_FUNCS = {"exp": np.exp, "log": np.log, "max": max, "min": min, "abs": a
 
 def _formula(text: str, names):
     """A learner's formula as a function of `names`, or a reason it is not one. Only arithmetic,
-    numbers, the names, _FORMULA_FUNCS and conditionals over comparisons of those are accepted (the text is parsed, never executed as
-    Python): math notation is read as Python (^ as a power, the prime of m' as m_new, · and − as *
+    numbers, the names, _FORMULA_FUNCS and conditionals over comparisons of those are accepted (the
+    text is parsed, never executed as Python): math notation is read as Python (^ as a power, the prime of m' as m_new, · and − as *
     and -), and e alone is Euler's number."""
     import ast
     import operator
@@ -1919,7 +1919,7 @@ def check_formula(key: str, text: str, rng=None) -> Result:
                                   "would sit above a score that follows, and stay the max")
     if key == "m_new" and set(bad) <= set(lowest):
         k = bad[0]
-        m, s, x = states[k]
+        m, _, x = states[k]
         above = np.isfinite(got[k]) and got[k] > max(m, x)
         return Result(name, FAIL, f"m_new comes out {got[k]:.6g} at m = {m:g}, x = {x:g}, scores near float32's lowest "
                                   "finite value (-3.4e38), which are scores like any other: the max is the larger of "
@@ -1933,13 +1933,13 @@ def check_formula(key: str, text: str, rng=None) -> Result:
         why = ("an exponent such as x - m is +inf there; write each exponent against m_new (at most 0)"
                if key == "s_new" else "max(-inf, x) is x there")
         k = first[0]
-        head = (f"wrong for the first element ({got[k]:.6g} where it should be {want[k]:.6g}: it starts from the "
-                f"empty state m = -inf, s = 0)")
+        head = (f"wrong for the first element{'' if far else ' only'} ({got[k]:.6g} where it should be "
+                f"{want[k]:.6g}: it starts from the empty state m = -inf, s = 0)")
         if not far:
-            return Result(name, FAIL, head.replace("first element", "first element only", 1) + f"; {why}")
+            return Result(name, FAIL, f"{head}; {why}")
         m, _, x = states[far[0]]
-        return Result(name, FAIL, head + f" and where x is far above m ({got[far[0]]:.6g} at m = {m:g}, x = {x:g}): "
-                                         + why)
+        return Result(name, FAIL, f"{head} and where x is far above m ({got[far[0]]:.6g} at m = {m:g}, x = {x:g}): "
+                                  f"{why}")
     k = bad[0]
     m, s, x = states[k]
     where = f"at m = {m:g}, s = {s:g}, x = {x:g}"

@@ -191,7 +191,7 @@ def check_masked_row_softmax(fn) -> Verdict:
     return _softmax_cases_run("check_masked_row_softmax", fn, _softmax_cases() + [
         ("a fully masked row (all -inf)", np.full(5, -np.inf, F32),
          "a row with no valid score returns zeros, the course's contract: guard the max before x - m"),
-        ("a row of the lowest finite float32", np.full(6, np.finfo(F32).min, F32),
+        ("a row of the lowest finite float32", np.full(6, LOWEST, F32),
          "finite scores are never a masked row, however low: only a max of exactly -inf means nothing is valid "
          "(a guard on \"very negative\" takes this row for masked)"),
         ("a row holding +inf", np.array([1, np.inf, 2, -np.inf], F32), INF_SEEN),
@@ -367,7 +367,7 @@ def check_tile_softmax(fn) -> Verdict:
     t[1, 5:] = -np.inf
     t[2] = -np.inf
     t[3, 0] = 1000.0
-    t[4] = np.finfo(F32).min   # finite, however low: row 4 is not masked (uniform)
+    t[4] = LOWEST              # finite, however low: row 4 is not masked (uniform)
     t[5, 3] = np.inf           # rows 5 and 6 come out NaN (docs/contract.md)
     t[6, 9:] = -np.inf
     t[6, 2] = np.nan
@@ -403,7 +403,7 @@ def check_log_softmax(fn) -> Verdict:
              "log(softmax(x)) underflows: exp(-205) is 0 in float32 and log(0) = -inf; compute (x - m) - log(s)"),
             ("random scores", np.random.default_rng(2).normal(size=33).astype(F32) * 4, "(x - m) - log(sum exp(x - m))"),
             ("a fully masked row", np.full(4, -np.inf, F32), "an empty row gives -inf everywhere, never NaN"),
-            ("a row of the lowest finite float32", np.full(4, np.finfo(F32).min, F32),
+            ("a row of the lowest finite float32", np.full(4, LOWEST, F32),
              "finite scores are never a masked row, however low: this one is uniform, log(1/4) everywhere; only a "
              "max of exactly -inf means nothing is valid"),
             ("a row holding +inf", np.array([0, np.inf, -3, -np.inf], F32), INF_SEEN),

@@ -27,7 +27,7 @@ SEQS = (2048, 4096, 8192)
 SCALE = 1 / math.sqrt(128)
 KERNEL = "regex:scale_span_softmax_fast"   # the causal call's kernels (no mask tensor)
 METRICS = (
-    ("gpu__time_duration.sum", "duration, us", 1e-3),
+    ("gpu__time_duration.sum", "duration, us", 1e-3),        # (metric, label, factor; None: of the tensor)
     ("dram__bytes_read.sum", "DRAM read, fraction of the tensor", None),
     ("dram__bytes_write.sum", "DRAM written, fraction of the tensor", None),
     ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput, % of peak", 1),
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         row = []
         for i, seq in zip(launches, SEQS):
             v = values[(i, metric)]
-            v = v / (ELEMENTS * 2) if scale is None else v * scale if metric.startswith("gpu__time") else v
+            v = v / (ELEMENTS * 2) if scale is None else v * scale
             row.append(f"{v:<14.4g}")
         print(f"{label:44}" + "".join(row))
     return 0
