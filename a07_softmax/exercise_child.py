@@ -197,9 +197,10 @@ def main(request_path):
                     if call.get("convert") == "stats" and isinstance(value, dict):
                         value = [value.get("online"), value.get("no_rescale")]
                     values.append(value)
+                seconds = time.monotonic() - start   # before the output is written (32 MB at 2e6 elements)
                 value = values[0] if len(values) == 1 else values
                 dtype = save(call["id"], value)
-                report(id=call["id"], ok=True, dtype=dtype, seconds=round(time.monotonic() - start, 3))
+                report(id=call["id"], ok=True, dtype=dtype, seconds=round(seconds, 3))
             except BaseException as e:  # noqa: BLE001
                 report(id=call["id"], error=f"{type(e).__name__}: {e}"[-600:], where=where(e, module_file),
                        not_implemented=is_not_implemented(e))
