@@ -1797,7 +1797,9 @@ MD_FORMULAS = {
         ("s + exp(x - m)", "neither the old sum rescaled nor the new term taken against the new max"),
         ("s * exp(m - x) + 1", "right only when x is the new max: when x <= m the update is "
                                "s + exp(x - m), so write it with m_new"),
-        ("s * exp(m - m_new) + exp(x - m_new) - 1", "off by the new element: its term is exp(x - m_new)")]),
+        ("s * exp(m - m_new) + exp(x - m_new) - 1", "off by the new element: its term is exp(x - m_new)"),
+        ("s * exp(m - x) + 1 if x > m else s + exp(m - x)", "the branch for x <= m has its exponent inverted: the "
+                                                            "new term is exp(x - m), at most 1, since m stays the max")]),
 }
 # What the prose sections ask for: written by the learner and read by a person (READ), never judged
 # by a program (a keyword test passed the classic wrong update, s' = s + exp(x - m'), as "stated").
@@ -1925,6 +1927,13 @@ def check_formula(key: str, text: str, rng=None) -> Result:
                                   "finite value (-3.4e38), which are scores like any other: the max is the larger of "
                                   "them" + ("; a finite stand-in for -inf (-1e30) is larger than such scores, and only "
                                             "-inf is below every score" if above else ""))
+    if key == "s_new" and set(bad) <= set(lowest):
+        k = bad[0]
+        m, s, x = states[k]
+        return Result(name, FAIL, f"s_new comes out {got[k]:.6g} at m = {m:g}, s = {s:g}, x = {x:g}, scores near "
+                                  "float32's lowest finite value (-3.4e38), where it should be "
+                                  f"{want[k]:.6g}: such scores are scores like any other and take the same update; a "
+                                  "guard on \"very negative\" (or a finite stand-in for -inf) treats them as masked")
     first = [i for i in bad if states[i][0] == -np.inf]
     # x - m is +inf for the empty state and overflows wherever x is far above m: one mistake
     far = [i for i in bad if i not in first and key == "s_new" and not np.isfinite(got[i])

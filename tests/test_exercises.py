@@ -601,8 +601,8 @@ WRONG_FORMULAS_03 = [
     ("m_new", "max(m, x) if max(m, x) > -1e30 else -1e30", "finite stand-in"),
     ("m_new", "x if x > m else m if m > -1e300 else 0", "nothing seen yet"),
     # a case split, right in one branch only
-    ("s_new", "s * exp(m - x) + 1 if x > m else s + exp(m - x)", "m = 12, s = 1.1, x = 2"),
-    ("s_new", "s * exp(m - m_new) + exp(x - m_new) if x > -1e30 else s + 1", "x = -3.4e+38"),
+    ("s_new", "s * exp(m - x) + 1 if x > m else s + exp(m - x)", "exponent inverted"),
+    ("s_new", "s * exp(m - m_new) + exp(x - m_new) if x > -1e30 else s", "very negative"),
 ]
 RIGHT_FORMULAS_03 = [("m_new", "max(x, m)"), ("s_new", "s*e^(m - m') + e^(x - m')"),
                      ("s_new", "s \u00b7 exp(m \u2212 m_new) + exp(x \u2212 m_new)"),
