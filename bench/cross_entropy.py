@@ -16,6 +16,11 @@ one read for the loss alone, whatever an implementation actually moves. Every lo
 checked against float64 on the first 64 rows; the peak of allocated memory above the inputs is
 recorded. Medians of CUDA events, ROUNDS rotated rounds (bench.interleaved).
 
+host_us (the course's calls): the host's time per call at HOST_ROWS rows of the same vocabulary,
+where the GPU's share is a few microseconds: what Python spends on a call at any size. A call
+that waits for the GPU (the target test) cannot run ahead of it, so when host_us approaches the
+kernel's time the GPU idles between calls.
+
   python bench/cross_entropy.py --out results/nvidia-h200/cross_entropy.json      # on an NVIDIA GPU
 """
 from __future__ import annotations
@@ -30,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 VOCABS = (32768, 50257, 128256, 131072, 262144)
 DATA_BYTES = 2**30
 ROUNDS = 3
+HOST_ROWS, HOST_CALLS = 8, 200
 
 
 def main(argv=None) -> int:
@@ -60,6 +66,26 @@ def main(argv=None) -> int:
     # own modules and runs them eagerly. A function of ours that calls it is traced and compiled.
     def loss_sum(x, t):
         return F.cross_entropy(x, t, reduction="sum")
+
+    def host_us(f, x, t, grad):
+        """Python's time per call of f (loss, and backward with grad) on x's first HOST_ROWS rows."""
+        import time as clock
+
+        sx, st = x[:HOST_ROWS].detach().clone().requires_grad_(grad), t[:HOST_ROWS].clone()
+
+        def call():
+            sx.grad = None
+            loss = f(sx, st)
+            if grad:
+                loss.backward()
+        for _ in range(20):
+            call()
+        torch.cuda.synchronize()
+        start = clock.perf_counter()
+        for _ in range(HOST_CALLS):
+            call()
+        torch.cuda.synchronize()
+        return (clock.perf_counter() - start) / HOST_CALLS * 1e6
 
     copy = bench.Bench(quick=True).copy_ceiling()
     print(f"device-to-device copy {copy:.0f} GB/s", flush=True)
@@ -123,11 +149,14 @@ def main(argv=None) -> int:
                     ms = float(np.median(rounds[name]))
                     run = dict(impl=name, mode=mode, dtype=str(dtype).replace("torch.", ""), rows=rows, vocab=vocab,
                                ms=ms, ms_rounds=rounds[name], GBps=nbytes / ms / 1e6, max_rel_err=errs[name],
-                               peak_extra_bytes=peaks[name])
+                               peak_extra_bytes=peaks[name],
+                               host_us=host_us(peers[name], x, t, mode == "loss+grad") if name.startswith("a07.")
+                               else None)
                     runs.append(run)
                     print(f"{run['dtype']:>8} V {vocab:>6} {mode:<9} {name:<32} {ms:8.3f} ms {run['GBps']:6.0f} GB/s "
                           f"({run['GBps'] / copy:5.1%} of copy) err {errs[name]:.1e} "
-                          f"peak +{peaks[name] / 2**20:.0f} MiB", flush=True)
+                          f"peak +{peaks[name] / 2**20:.0f} MiB" + (f" host {run['host_us']:.0f} us/call" if run["host_us"] else ""),
+                          flush=True)
             del x, t
             torch.cuda.empty_cache()
     result = dict(gpu=provenance.gpu_name(), date=provenance.today(), versions=provenance.versions(),
