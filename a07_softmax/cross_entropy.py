@@ -77,22 +77,14 @@ def _check(logits, target, ignore_index, reduction, label_smoothing, z_loss):
         raise ValueError("logits are not contiguous; pass logits.contiguous()")
 
 
-def _targets_checked(target, vocab, ignore_index, ready=None):
+def _targets_checked(target, vocab, ignore_index):
     """Start the test of every target against [0, vocab) on the device; returns what
     _raise_bad_targets() waits for. The test is one kernel (targets_outside_vocab_kernel), and on a
     GPU it writes its verdict straight into pinned host memory, behind an event: the host waits for
     this test alone, not for the launches queued after it (bool(bad.any()) would drain the stream
     on every call and leave the GPU idle while Python prepares the next launch: a third of the time
     of a 1 GiB loss + gradient on the H200). As six tensor operations and a copy, the same test
-    took the GPU a tenth of that pass.
-
-    `ready` (GPU): an event recorded on the caller's stream before the cross-entropy kernel was
-    queued, i.e. once the targets exist. The test then runs on a side stream of the highest
-    priority that waits for `ready` alone, beside the cross-entropy kernel, and is launched after
-    it: the host waits once per call, and while it prepares the next call the GPU still has this
-    call's kernel to run. Launched first on the caller's stream (ready=None), the test's own launch
-    (tens of microseconds of Python) lay between that wait and the next kernel: host time the GPU
-    spent idle (bench/cross_entropy.py, host_us)."""
+    took the GPU a tenth of that pass."""
     import torch
     import triton
 
@@ -107,21 +99,11 @@ def _targets_checked(target, vocab, ignore_index, ready=None):
     if interp:
         targets_outside_vocab_kernel[(1,)](target, n, vocab, ignore_index, flag, BLOCK=block)
         return flag, None
-    dev = target.device
-    stream = torch.cuda.current_stream(dev)
-    if ready is not None:
-        stream = _CHECK_STREAMS.get(dev.index)
-        if stream is None:   # priority: its one block goes ahead of the kernel's blocks still waiting
-            stream = _CHECK_STREAMS[dev.index] = torch.cuda.Stream(dev, priority=-100)
-        stream.wait_event(ready)
-    with torch.cuda.device(dev), torch.cuda.stream(stream):
+    with torch.cuda.device(target.device):
         targets_outside_vocab_kernel[(1,)](target, n, vocab, ignore_index, flag, BLOCK=block, num_warps=4)
         done = torch.cuda.Event()
-        done.record(stream)
+        done.record(torch.cuda.current_stream(target.device))
     return flag, done
-
-
-_CHECK_STREAMS: dict = {}
 
 
 def _raise_bad_targets(checked, target, vocab, ignore_index):
@@ -307,27 +289,21 @@ def cross_entropy(logits, target, *, ignore_index: int = -100, reduction: str = 
     target = target.contiguous()
     backend = _backend(logits, backend)
     vocab = logits.shape[1]
+    checked = _targets_checked(target, vocab, ignore_index) if check_targets else None
     import torch
 
     # under torch.no_grad() no backward can follow: the loss alone, one read (and never a gradient
     # written over the logits)
-    grad = logits.requires_grad and torch.is_grad_enabled()
-    ready = None
-    if check_targets and inplace and grad:
-        # the gradient would overwrite the logits: the verdict before the launch
-        _raise_bad_targets(_targets_checked(target, vocab, ignore_index), target, vocab, ignore_index)
-        check_targets = False
-    elif check_targets and target.is_cuda:
-        ready = torch.cuda.Event()   # the targets exist once the caller's queued work is done
-        ready.record(torch.cuda.current_stream(target.device))
-    if not grad:
+    if not (logits.requires_grad and torch.is_grad_enabled()):
         loss = _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, None, backend)
     else:
+        if inplace and checked:  # the gradient would overwrite the logits: the verdict first
+            _raise_bad_targets(checked, target, vocab, ignore_index)
         if not _FN:
             _FN.append(_function())
         loss = _FN[0].apply(logits, target, ignore_index, reduction, label_smoothing, z_loss, inplace, backend)
-    if check_targets:
-        _raise_bad_targets(_targets_checked(target, vocab, ignore_index, ready), target, vocab, ignore_index)
+    if checked:
+        _raise_bad_targets(checked, target, vocab, ignore_index)
     return loss
 
 
