@@ -1450,6 +1450,118 @@ def _online_scalar_problem(text: str) -> str | None:
     return None
 
 
+# calls that run a Python function once per element when handed one (np.vectorize and np.frompyfunc
+# whatever they are handed): a loop over the elements written as a call
+_PER_ELEMENT_CALLS = {"vectorize", "frompyfunc", "map", "filter", "reduce", "accumulate", "starmap",
+                      "apply_along_axis", "fromfunction"}
+# names through which code runs that the source does not show
+_UNREADABLE = {"exec", "eval", "compile", "globals", "locals", "vars", "__import__", "importlib", "getattr",
+               "setattr", "__dict__", "_getframe", "modules"}
+# a loop over the levels of a scan (log2 of the length of them) is not a loop over the elements
+_LEVEL_CALLS = {"log", "log2", "log10", "bit_length", "frexp"}
+
+
+def _online_vectorized_problem(text: str) -> str | None:
+    """Why exercise 04's online_vectorized is not array operations, judged from its source (the clock
+    alone cannot tell: a tight Python loop over two million floats runs in about 0.4 s on a fast
+    machine, the solution in 0.1). Read: online_vectorized and every function, class or module-level
+    name it reaches (calling online_scalar is looping). Found: a while loop (unless it doubles or
+    halves its counter: the levels of a scan), a for loop or comprehension over anything but a
+    literal tuple or list, a short range(constant) or the levels of a scan (a log2 in its bound), a
+    Python function handed to np.vectorize, np.frompyfunc, map, functools.reduce,
+    itertools.accumulate and the like (one Python call per element), and exec, eval, globals(),
+    getattr and the like (code the source does not show). None when the function is array
+    operations, is still the stub, or the file does not parse (the child names the syntax error)."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "online_vectorized"), None)
+    if fn is None or any(isinstance(n, ast.Raise) and "NotImplementedError" in ast.unparse(n) for n in fn.body):
+        return None
+    bound = {}   # module-level name -> the nodes that bind it
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.setdefault(node.name, []).append(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for name in (n.id for n in ast.walk(t) if isinstance(n, ast.Name)):
+                    bound.setdefault(name, []).append(node)
+    via = {id(fn): "online_vectorized"}
+    todo, reached = [fn], []
+    while todo:
+        node = todo.pop()
+        reached.append(node)
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                for b in bound.get(n.id, []):
+                    if id(b) not in via:
+                        via[id(b)] = f"{via[id(node)]} -> {n.id}"
+                        todo.append(b)
+    functions = {n.name for r in reached for n in ast.walk(r) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    functions |= {t.id for r in reached for n in ast.walk(r) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Lambda)
+                  for t in n.targets if isinstance(t, ast.Name)}
+    functions |= {name for name, nodes in bound.items() if any(isinstance(b, (ast.FunctionDef, ast.ClassDef)) for b in nodes)}
+
+    def few(it):   # a literal handful, range(small constant), or range over the levels of a scan
+        if isinstance(it, (ast.Tuple, ast.List, ast.Set)):
+            return not any(isinstance(e, ast.Starred) for e in it.elts)
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and it.args):
+            return False
+        if all(isinstance(a, ast.Constant) and isinstance(a.value, int) for a in it.args):
+            return max(a.value for a in it.args) <= 64
+        return any(isinstance(c, ast.Call) and _called(c) in _LEVEL_CALLS for a in it.args for c in ast.walk(a))
+
+    def doubles(loop):   # the loop's own counter multiplied, shifted or halved: the levels of a scan
+        tested = {n.id for n in ast.walk(loop.test) if isinstance(n, ast.Name)}
+        return any(isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id in tested
+                   and isinstance(n.op, (ast.Mult, ast.LShift, ast.RShift, ast.FloorDiv, ast.Pow))
+                   and not (isinstance(n.value, ast.Constant) and n.value.value in (0, 1)) for n in ast.walk(loop))
+
+    def where(node, r):
+        path = via[id(r)]
+        return f"line {node.lineno}" + ("" if path == "online_vectorized" else f", reached as {path}")
+
+    ask = ("the exercise asks for array operations over the whole row, such as np.maximum.accumulate for m and "
+           "np.logaddexp.accumulate for log s, with no Python loop over the elements")
+    problems = []
+    for r in reached:
+        for n in ast.walk(r):
+            if isinstance(n, ast.While) and not doubles(n):
+                problems.append((n.lineno, f"online_vectorized runs a Python while loop ({where(n, r)}): {ask}"))
+            elif isinstance(n, (ast.For, ast.AsyncFor)) and not few(n.iter):
+                problems.append((n.lineno, f"online_vectorized runs a Python for loop over "
+                                 f"`{ast.unparse(n.iter)[:60]}` ({where(n, r)}): {ask}"))
+            elif isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) \
+                    and not all(few(g.iter) for g in n.generators):
+                problems.append((n.lineno, f"online_vectorized loops in a comprehension over "
+                                 f"`{ast.unparse(n.generators[0].iter)[:60]}` ({where(n, r)}): {ask}"))
+            elif isinstance(n, ast.Call) and _called(n) in _PER_ELEMENT_CALLS and (
+                    _called(n) in ("vectorize", "frompyfunc") or any(
+                        isinstance(a, ast.Lambda) or (isinstance(a, ast.Name) and a.id in functions)
+                        for a in [*n.args, *(k.value for k in n.keywords)])):
+                problems.append((n.lineno, f"online_vectorized hands a Python function to {_called(n)}() "
+                                 f"({where(n, r)}), which calls it once per element: a loop over the elements "
+                                 f"written as a call; {ask}"))
+            elif (isinstance(n, ast.Name) and n.id in _UNREADABLE) or (isinstance(n, ast.Attribute)
+                                                                         and n.attr in _UNREADABLE):
+                problems.append((n.lineno, f"online_vectorized reaches {n.id if isinstance(n, ast.Name) else n.attr} "
+                                 f"({where(n, r)}), which runs code its source does not show: the checker reads "
+                                 f"the source to see that there is no loop over the elements; {ask}"))
+    return min(problems)[1] if problems else None
+
+
+def _called(call) -> str | None:
+    """The name a call is made through: f(...) -> "f", np.lib.f(...) -> "f"."""
+    import ast
+
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
 def _tile_loop_parts(text: str):
     """(statements before the loop, the loop's header, its first `n` statements, the rest of its body,
     statements after it) of attention_block, as ast nodes; None where there is no such loop."""
@@ -1702,6 +1814,13 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
             results += [Result(c.name, FAIL, "not run: see 'online_scalar folds one element at a time'", 0, c.points,
                                c.hidden) for c in cases if c.call["fn"] == "online_scalar"]
             cases = [c for c in cases if c.call["fn"] != "online_scalar"]
+            names.clear()
+            names.update({f"c{i}": c.name for i, c in enumerate(cases)})
+        if number == "04" and (vector_problem := _online_vectorized_problem(text)):  # judged from the source
+            results.append(Result("online_vectorized is array operations", FAIL, vector_problem, 0, 0))
+            results += [Result(c.name, FAIL, "not run: see 'online_vectorized is array operations'", 0, c.points,
+                               c.hidden) for c in cases if c.call["fn"] == "online_vectorized"]
+            cases = [c for c in cases if c.call["fn"] != "online_vectorized"]
             names.clear()
             names.update({f"c{i}": c.name for i, c in enumerate(cases)})
         if number == "07" and (loop_problem := _tile_loop_problem(text)):  # judged from the source

@@ -15,7 +15,9 @@ def online_scalar(xs):
 
 def online_vectorized(xs):
     """The same states as two arrays (m, s), computed with NumPy array operations (no Python
-    loop over the elements)."""
+    loop over the elements). The checker reads this function's source, and that of whatever it
+    calls: a for or while loop over the elements, a comprehension over them, or a Python function
+    handed to map, np.vectorize or itertools.accumulate is a loop, whatever its speed."""
     raise NotImplementedError("exercise 04: your code here")
 
 

@@ -130,6 +130,136 @@ RIGHT_04 = {
     return [(m, float(s)) for m, s in itertools.accumulate(xs, step, initial=(-np.inf, 0.0))][1:]
 """,
 }
+_VECTOR_04 = _solution_block("04", 1)       # online_vectorized's array operations
+# right answers to online_vectorized written otherwise than the solution: none may be taken for a
+# loop over the elements. The first three run through the whole checker (their clocks are the
+# solution's); the scans walk log2(n) levels of array operations and are read by the source check
+RIGHT_VECTOR_04 = {
+    "a helper of its own": _VECTOR_04.replace(
+        "    m = np.maximum.accumulate(xs)\n", "    return _running(xs)\n    m = np.maximum.accumulate(xs)\n", 1),
+    "a generator over a literal tuple": _VECTOR_04.replace(
+        "    return m, np.exp(np.logaddexp.accumulate(xs) - m)\n",
+        "    s = np.exp(np.logaddexp.accumulate(xs) - m)\n"
+        "    m, s = (np.ascontiguousarray(a, dtype=np.float64) for a in (m, s))\n    return m, s\n"),
+    "the running max by itertools.accumulate(max)": _VECTOR_04.replace(
+        "    m = np.maximum.accumulate(xs)\n",
+        "    import itertools\n"
+        "    m = np.fromiter(itertools.accumulate(xs.tolist(), max), dtype=np.float64, count=len(xs))\n"),
+}
+RIGHT_SCANS_04 = {
+    "a doubling scan (while, step *= 2)": """    x = np.array(xs, dtype=np.float64)
+    m = np.maximum.accumulate(x)
+    lse, step = x.copy(), 1
+    while step < len(lse):
+        lse[step:] = np.logaddexp(lse[step:], lse[:-step].copy())
+        step *= 2
+    return m, np.exp(lse - m)
+""",
+    "a scan over range(ceil(log2(n))) levels": """    x = np.array(xs, dtype=np.float64)
+    m = np.maximum.accumulate(x)
+    lse = x.copy()
+    for level in range(int(np.ceil(np.log2(max(len(x), 1))))):
+        k = 1 << level
+        lse[k:] = np.logaddexp(lse[k:], lse[:-k].copy())
+    return m, np.exp(lse - m)
+""",
+}
+# a tight loop over Python floats: about 0.4 s over the checker's two million elements on a fast
+# machine, under its 1 s clock; the source check is what fails it
+_TIGHT_LOOP_04 = """    import math
+    m, s, ms, ss = -math.inf, 0.0, [], []
+    for x in np.asarray(xs, dtype=np.float64).tolist():
+        if x > m:
+            s, m = s * math.exp(m - x) + 1.0, x
+        else:
+            s += math.exp(x - m)
+        ms.append(m)
+        ss.append(s)
+    return np.array(ms), np.array(ss)
+"""
+# loops over the elements in other clothes: each must fail online_vectorized, naming what it found
+WRONG_VECTOR_04 = {
+    "a tight for loop over Python floats": (_TIGHT_LOOP_04, "runs a Python for loop over `np.asarray(xs"),
+    "a while loop over an index": ("""    xs = np.asarray(xs, dtype=np.float64)
+    ms, ss, m, s, i = np.empty_like(xs), np.empty_like(xs), -np.inf, 0.0, 0
+    while i < len(xs):
+        m_new = max(m, xs[i])
+        s, m = s * np.exp(m - m_new) + np.exp(xs[i] - m_new), m_new
+        ms[i], ss[i] = m, s
+        i += 1
+    return ms, ss
+""", "runs a Python while loop"),
+    "a while loop with a counter doubled beside it": ("""    xs = np.asarray(xs, dtype=np.float64)
+    ms, ss, m, s, i, k = np.empty_like(xs), np.empty_like(xs), -np.inf, 0.0, 0, 1
+    while i < len(xs):
+        m_new = max(m, xs[i])
+        s, m = s * np.exp(m - m_new) + np.exp(xs[i] - m_new), m_new
+        ms[i], ss[i] = m, s
+        i += 1
+        k *= 2
+    return ms, ss
+""", "runs a Python while loop"),
+    "the running sum filled element by element": ("""    xs = np.asarray(xs, dtype=np.float64)
+    m = np.maximum.accumulate(xs)
+    s, acc = np.empty_like(xs), 0.0
+    for i, x in enumerate(xs):
+        acc = acc * np.exp((m[i - 1] if i else x) - m[i]) + np.exp(x - m[i])
+        s[i] = acc
+    return m, s
+""", "runs a Python for loop over `enumerate(xs)`"),
+    "itertools.accumulate with a step of its own": ("""    import itertools
+
+    def step(state, x):
+        m, s = state
+        m_new = max(m, x)
+        return m_new, s * np.exp(m - m_new) + np.exp(x - m_new)
+    a = np.asarray(list(itertools.accumulate(np.asarray(xs, dtype=np.float64), step, initial=(-np.inf, 0.0)))[1:])
+    return a[:, 0], a[:, 1]
+""", "hands a Python function to accumulate()"),
+    "np.frompyfunc of a lambda": ("""    xs = np.asarray(xs, dtype=np.float64)
+    m = np.maximum.accumulate(xs)
+    lse = np.frompyfunc(lambda a, b: np.logaddexp(a, b), 2, 1).accumulate(xs.astype(object)).astype(np.float64)
+    return m, np.exp(lse - m)
+""", "hands a Python function to frompyfunc()"),
+    "functools.reduce of a lambda": ("""    import functools
+    xs = np.asarray(xs, dtype=np.float64)
+    m = np.array(functools.reduce(lambda acc, x: acc + [max(acc[-1], x)], xs[1:], [xs[0]]))
+    return m, np.exp(np.logaddexp.accumulate(xs) - m)
+""", "hands a Python function to reduce()"),
+    "online_scalar through a module-level alias": ("""    ms, ss = zip(*_trace(xs))
+    return np.array(ms), np.array(ss)
+""", "reached as online_vectorized -> _trace -> online_scalar"),
+    "a class whose __call__ loops": ("""    return _Tracer()(xs)
+""", "reached as online_vectorized -> _Tracer"),
+    "online_scalar fetched through globals()": ("""    trace = globals()["online_" + "scalar"](xs)
+    return np.array([t[0] for t in trace]), np.array([t[1] for t in trace])
+""", "reaches globals"),
+}
+_VECTOR_04_TAILS = {
+    "online_scalar through a module-level alias": "\n\n_trace = online_scalar\n",
+    "a class whose __call__ loops": """
+
+class _Tracer:
+    def __call__(self, xs):
+        m, s, ms, ss = -np.inf, 0.0, [], []
+        for x in xs:
+            m_new = max(m, float(x))
+            s, m = s * np.exp(m - m_new) + np.exp(x - m_new), m_new
+            ms.append(m)
+            ss.append(s)
+        return np.array(ms), np.array(ss)
+""",
+}
+
+
+def _vectorized_04(body: str, name: str = "") -> str:
+    """Exercise 04's solution with online_vectorized's body replaced (and what that body needs
+    appended to the module)."""
+    return _edit("04", _VECTOR_04, body, 1) + _VECTOR_04_TAILS.get(name, "") + (
+        "\n\ndef _running(x):\n    m = np.maximum.accumulate(x)\n    return m, np.exp(np.logaddexp.accumulate(x) - m)\n"
+        if name == "a helper of its own" else "")
+
+
 _UPDATE_07 = _solution_block("07", 1)        # attention_block's update of (m, l, o)
 _KEEP_TILES_07 = """        vals = v[cols] if start == 0 else np.concatenate([vals, v[cols]])
         sc = s if start == 0 else np.concatenate([sc, s], axis=1)
@@ -227,14 +357,13 @@ WRONG = {
     return np.array([t[0] for t in trace]), np.array([t[1] for t in trace])
     xs = np.asarray(xs, dtype=np.float64)
     m = np.maximum.accumulate(xs)"""), "loop"),
-        # ... and answers at once, wrongly, when it sees it runs alone (the judge's timed run)
-        "loops, stops the clock, fakes the timed run": ("import json, time\ntime.monotonic = lambda: 0.0\n"
-                                                        "ALONE = len(json.load(open('request.json'))['calls']) == 1\n"
-                                                        + _edit("04", """    xs = np.asarray(xs, dtype=np.float64)
+        # ... and one that answers at once, wrongly, when it sees it runs alone (the judge's timed
+        # run), and rightly otherwise (no loop: the source check would name a loop first)
+        "fakes the timed run": ("import json, time\ntime.monotonic = lambda: 0.0\n"
+                                "ALONE = len(json.load(open('request.json'))['calls']) == 1\n"
+                                + _edit("04", """    xs = np.asarray(xs, dtype=np.float64)
     m = np.maximum.accumulate(xs)""", """    if ALONE:
         return np.zeros(len(xs)), np.ones(len(xs))
-    trace = online_scalar(xs)
-    return np.array([t[0] for t in trace]), np.array([t[1] for t in trace])
     xs = np.asarray(xs, dtype=np.float64)
     m = np.maximum.accumulate(xs)"""), "again"),
         "no_rescale that does rescale": (_edit("04", "        m = max(m, float(x))\n        s = s + np.exp(x - m)",
@@ -489,6 +618,8 @@ WRONG = {
                                         "replaced by -inf (v = -inf) whatever it held, not added to"),
     },
 }
+WRONG["04"].update({f"online_vectorized: {name}": (_vectorized_04(body, name), words)
+                    for name, (body, words) in WRONG_VECTOR_04.items()})
 CASES = [(n, name) for n, wrongs in WRONG.items() for name in wrongs]
 
 
@@ -758,3 +889,24 @@ def test_a_right_answer_written_otherwise_passes_exercise_04(tmp_path, name):
     f.write_text(_edit("04", _SCALAR_04, RIGHT_04[name], 1))
     results = check.run_check("04", f, timeout=120)
     assert check.status(results) == "passed", [tuple(r) for r in results if r.verdict != check.PASS]
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT_VECTOR_04))
+def test_a_right_vectorized_answer_written_otherwise_passes_exercise_04(tmp_path, name):
+    f = tmp_path / check.EXERCISES["04"]
+    f.write_text(_vectorized_04(RIGHT_VECTOR_04[name], name))
+    results = check.run_check("04", f, timeout=120)
+    assert check.status(results) == "passed", [tuple(r) for r in results if r.verdict != check.PASS]
+
+
+def test_the_source_check_of_online_vectorized_tells_loops_from_array_operations():
+    """Every right answer (the scans included, whose loops walk log2(n) levels) reads as array
+    operations; every wrong one is named with its line."""
+    for name, body in {**RIGHT_VECTOR_04, **RIGHT_SCANS_04, "the solution": _VECTOR_04}.items():
+        assert check._online_vectorized_problem(_vectorized_04(body, name)) is None, name
+    for name, (body, words) in WRONG_VECTOR_04.items():
+        why = check._online_vectorized_problem(_vectorized_04(body, name))
+        assert why and words in why and re.search(r"line \d+", why), (name, why)
+    # the stub, and a file that does not parse, are left to the child (it names them)
+    assert check._online_vectorized_problem((ROOT / "exercises" / check.EXERCISES["04"]).read_text()) is None
+    assert check._online_vectorized_problem("def online_vectorized(xs:\n") is None
