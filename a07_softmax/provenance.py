@@ -51,12 +51,71 @@ DEPENDS = {
 }
 
 
+def notebook_files() -> dict:
+    """{path: file} of what the notebooks' record (results/<gpu>/notebooks.txt) is about beyond the
+    sources above: every notebook as committed (nbval compares its stored outputs), nbval's
+    sanitize file, and every course module the notebooks import, directly or through one another
+    (inline.py's checks, the plots, the readers of results/), found by reading their import
+    statements. A change to any of them means the notebooks that passed on the GPU are not the ones
+    in the checkout."""
+    import ast
+    import json
+
+    nb_dir = ROOT / "notebooks"
+    files = {str(p.relative_to(ROOT)): p for p in sorted(nb_dir.glob("*.ipynb"))}
+    cfg = nb_dir / "sanitize.cfg"
+    if cfg.exists():
+        files[str(cfg.relative_to(ROOT))] = cfg
+
+    def imported(tree, here: str | None) -> set:
+        """Course modules named by the imports of one parsed file (`here`: its module, for `from .`)."""
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[1] for a in node.names if a.name.startswith(PACKAGE.name + ".")}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level and here:          # from . import x / from .x import y
+                    names |= {base.split(".")[0]} if base else {a.name for a in node.names}
+                elif base == PACKAGE.name:       # from a07_softmax import x
+                    names |= {a.name for a in node.names}
+                elif base.startswith(PACKAGE.name + "."):
+                    names.add(base.split(".")[1])
+        return {n for n in names if (PACKAGE / f"{n}.py").exists()}
+
+    todo = set()
+    for nb in (p for p in files.values() if p.suffix == ".ipynb"):
+        for cell in json.loads(nb.read_text()).get("cells", []):
+            if cell.get("cell_type") != "code":
+                continue
+            src = "".join(cell.get("source", []))
+            src = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!")))
+            try:
+                todo |= imported(ast.parse(src), None)
+            except SyntaxError:
+                continue
+    seen = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo |= imported(ast.parse((PACKAGE / f"{name}.py").read_text()), name)
+    files.update({f"{PACKAGE.name}/{n}.py": PACKAGE / f"{n}.py" for n in sorted(seen)})
+    return files
+
+
+def files_sha256(files: dict) -> dict:
+    return {key: hashlib.sha256(path.read_bytes()).hexdigest() for key, path in sorted(files.items())}
+
+
 def stale_sources(recorded: dict, depends: str | None = None) -> list:
     """Paths whose current sha256 differs from the recorded one (or that vanished); with `depends`
     (a key of DEPENDS), only among the paths that result depends on."""
     import fnmatch
 
-    now = sources_sha256(ATTENTION_SOURCES + CROSS_ENTROPY_SOURCES + BACKWARD_SOURCES)
+    now = {**files_sha256(notebook_files()), **sources_sha256(ATTENTION_SOURCES + CROSS_ENTROPY_SOURCES
+                                                              + BACKWARD_SOURCES)}
     keys = [p for p in recorded if depends is None or any(fnmatch.fnmatch(p, pat) for pat in DEPENDS[depends])]
     return [p for p in keys if now.get(p) != recorded[p]]
 
@@ -114,11 +173,12 @@ def today() -> str:
     return datetime.date.today().isoformat()
 
 
-def header(title: str, extra=()) -> str:
-    """A text header naming GPU, date, versions and source hashes (`extra`: see sources_sha256)."""
+def header(title: str, extra=(), files=None) -> str:
+    """A text header naming GPU, date, versions and source hashes (`extra`: see sources_sha256;
+    `files`: {path: file} hashed as well, such as notebook_files())."""
     lines = [f"# {title}", f"# gpu: {gpu_name()}", f"# date: {today()}",
              "# versions: " + ", ".join(f"{k} {v}" for k, v in versions().items() if v)]
-    lines += [f"# sha256 {h}  {p}" for p, h in sources_sha256(extra).items()]
+    lines += [f"# sha256 {h}  {p}" for p, h in {**files_sha256(files or {}), **sources_sha256(extra)}.items()]
     return "\n".join(lines) + "\n"
 
 

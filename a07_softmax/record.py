@@ -86,7 +86,8 @@ def notebooks(out: Path) -> int:
             lines.append("    " + "\n    ".join(p.stdout.splitlines()[-25:]))
     text = provenance.header("every notebook executed under nbval on this GPU",
                              provenance.ATTENTION_SOURCES + provenance.CROSS_ENTROPY_SOURCES
-                             + provenance.BACKWARD_SOURCES) + "\n" + "\n".join(lines) + "\n"
+                             + provenance.BACKWARD_SOURCES, provenance.notebook_files()) \
+        + "\n" + "\n".join(lines) + "\n"
     out.write_text(text)
     print(text)
     return status

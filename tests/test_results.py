@@ -45,13 +45,53 @@ def test_committed_run_logs_name_gpu_date_versions_and_fresh_sources(name):
     if name == "notebooks.txt" and not p.exists():
         # a stale record is deleted, not kept: the notebooks have not run under nbval on the H200
         # since the sources last changed (CI still runs every notebook under nbval on its CPU)
-        pytest.skip("notebooks.txt was removed as stale and not yet regenerated: run `a07 results notebooks` on a GPU")
+        pytest.skip("notebooks.txt was removed as stale and not yet regenerated on the H200: run `a07 results "
+                    "notebooks` there (a newer record from another GPU is held to the sources by "
+                    "test_every_notebooks_record_names_its_gpu_passed_and_is_fresh)")
     text = p.read_text()
     assert "# gpu: NVIDIA H200" in text and "# date: " in text and "# versions: " in text
     recorded = provenance.parse_header(text)
     assert recorded, "no sha256 lines in the header"
     stale = provenance.stale_sources(recorded, DEPENDS_OF_RUN.get(name))
     assert not stale, f"{name} is older than {stale}"
+    if name == "notebooks.txt":
+        unrecorded = sorted(set(provenance.notebook_files()) - set(recorded))
+        assert not unrecorded, f"notebooks.txt does not say which of these it ran: {unrecorded}"
+
+
+@pytest.mark.parametrize("record", sorted(str(p.relative_to(results.RESULTS))
+                                           for p in results.RESULTS.glob("*/notebooks.txt")))
+def test_every_notebooks_record_names_its_gpu_passed_and_is_fresh(record):
+    """A notebooks.txt in any GPU's folder (the H200's, or another GPU's where the H200 was not at
+    hand): run on the GPU its folder names, every notebook passed, and it is about the notebooks
+    and the course code as they are now."""
+    p = results.RESULTS / record
+    text = p.read_text()
+    gpu = re.search(r"^# gpu: (.+)$", text, re.M)
+    assert gpu and provenance.slug(gpu.group(1)) == p.parent.name, (record, gpu and gpu.group(1))
+    rows = re.findall(r"^(\S+\.ipynb)\s+(\S+)", text, re.M)
+    from a07_softmax.paths import ROOT
+
+    assert sorted(nb for nb, _ in rows) == sorted(q.name for q in (ROOT / "notebooks").glob("*.ipynb")), record
+    assert all(verdict == "passed" for _, verdict in rows), rows
+    recorded = provenance.parse_header(text)
+    assert not provenance.stale_sources(recorded), f"{record} is older than {provenance.stale_sources(recorded)}"
+    assert not set(provenance.notebook_files()) - set(recorded), "it does not say which notebooks it ran"
+
+
+def test_the_notebooks_record_covers_the_notebooks_and_what_they_import():
+    """notebooks.txt is about the notebooks as committed and the course code they run, the inline
+    checks included (a module no benchmark records): a change to any of them makes it stale, and a
+    module the notebooks never import (the exercise checker) does not."""
+    from a07_softmax.paths import ROOT
+
+    files = provenance.notebook_files()
+    assert {f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")} <= set(files)
+    assert {"a07_softmax/inline.py", "a07_softmax/plots.py", "notebooks/sanitize.cfg"} <= set(files)
+    assert not {"a07_softmax/check.py", "a07_softmax/grade.py", "a07_softmax/sandbox.py"} & set(files)
+    now = provenance.files_sha256(files)
+    for key in ("notebooks/03_online_recurrence.ipynb", "a07_softmax/inline.py"):
+        assert provenance.stale_sources({**now, key: "0" * 64}) == [key]
 
 
 def test_the_sanitizer_found_nothing_in_every_kernel_the_course_ships():
