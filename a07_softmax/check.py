@@ -1753,6 +1753,14 @@ def _not_jit_kernels(text: str, names) -> str | None:
     return "; ".join(problems) or None
 
 
+# exercise -> (function, the check's title, the reader of the source that says what is wrong with it)
+SOURCE_CHECKS = {
+    "04": (("online_scalar", "online_scalar folds one element at a time", _online_scalar_problem),
+           ("online_vectorized", "online_vectorized is array operations", _online_vectorized_problem)),
+    "07": (("attention_block", "attention_block walks the key tiles", _tile_loop_problem),),
+}
+
+
 def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool = False, hide=(), seed=None,
               hip: bool | None = None, progress=None):
     """[Result] for one exercise file. hidden=True (the grader) adds checks on inputs drawn from a
@@ -1809,27 +1817,17 @@ def run_check(number: str, path: Path, timeout: float = TIMEOUT_S, hidden: bool 
         if not_kernels:
             return [Result("the kernels", FAIL, not_kernels, 0, 0)] + [
                 Result(c.name, FAIL, "not run: see the kernels", 0, c.points, c.hidden) for c in cases]
-        if number == "04" and (scalar_problem := _online_scalar_problem(text)):  # judged from the source
-            results.append(Result("online_scalar folds one element at a time", FAIL, scalar_problem, 0, 0))
-            results += [Result(c.name, FAIL, "not run: see 'online_scalar folds one element at a time'", 0, c.points,
-                               c.hidden) for c in cases if c.call["fn"] == "online_scalar"]
-            cases = [c for c in cases if c.call["fn"] != "online_scalar"]
-            names.clear()
-            names.update({f"c{i}": c.name for i, c in enumerate(cases)})
-        if number == "04" and (vector_problem := _online_vectorized_problem(text)):  # judged from the source
-            results.append(Result("online_vectorized is array operations", FAIL, vector_problem, 0, 0))
-            results += [Result(c.name, FAIL, "not run: see 'online_vectorized is array operations'", 0, c.points,
-                               c.hidden) for c in cases if c.call["fn"] == "online_vectorized"]
-            cases = [c for c in cases if c.call["fn"] != "online_vectorized"]
-            names.clear()
-            names.update({f"c{i}": c.name for i, c in enumerate(cases)})
-        if number == "07" and (loop_problem := _tile_loop_problem(text)):  # judged from the source
-            results.append(Result("attention_block walks the key tiles", FAIL, loop_problem, 0, 0))
-            results += [Result(c.name, FAIL, "not run: see 'attention_block walks the key tiles'", 0, c.points, c.hidden)
-                        for c in cases if c.call["fn"] == "attention_block"]
-            cases = [c for c in cases if c.call["fn"] != "attention_block"]
-            names.clear()
-            names.update({f"c{i}": c.name for i, c in enumerate(cases)})
+        # what the source shows, judged before anything runs: a function found wrong there fails
+        # with the reason, and its cases are not run
+        for fn_name, title, problem_of in SOURCE_CHECKS.get(number, ()):
+            problem = problem_of(text)
+            if problem:
+                results.append(Result(title, FAIL, problem, 0, 0))
+                results += [Result(c.name, FAIL, f"not run: see '{title}'", 0, c.points, c.hidden)
+                            for c in cases if c.call["fn"] == fn_name]
+                cases = [c for c in cases if c.call["fn"] != fn_name]
+                names.clear()
+                names.update({f"c{i}": c.name for i, c in enumerate(cases)})
         gpu = bool(uses_torch and dev.torch_gpu and os.environ.get("TRITON_INTERPRET") != "1")
         request = {"kind": "python", "module": Path(path).name, "torch": uses_torch,
                    "device": "cuda" if gpu else "cpu", "interpret": uses_torch and not gpu, "calls": _stage(cases, box),
