@@ -21,6 +21,14 @@ LOWEST = float(np.finfo(F32).min)   # the lowest finite float32: a score, never 
 INF_SEEN = ("a +inf score makes the whole row NaN (inf - inf has no value, as torch.softmax): a guard that takes "
             "any infinite max for a masked row (isinf) hides it; only a max of exactly -inf marks a masked row")
 NAN_SEEN = "a NaN score makes the whole row NaN: a NaN is never hidden (not skipped, not replaced by -inf)"
+# rows whose max stands more than 709 above every other score (exp overflows past 88.7 in float32 and
+# past 709.8 in float64): measured against anything but the max of the whole row (its first or last
+# element, the max of part of it), some exp overflows, whatever float the answer computes in
+FAR_MAX = "subtract the max of the whole row: any other reference (an element, the max of part of the row) lies " \
+    "below the max, and exp of the gap overflows"
+FAR_MAX_ROWS = (("the max in the middle, 720 above every other score", np.array([-1000, -760, 0, -900, -720], F32)),
+                ("the max first, 720 above every other score", np.array([0, -760, -1000, -720, -900], F32)),
+                ("the max last, 720 above every other score", np.array([-760, -1000, -720, -900, 0], F32)))
 
 
 class _Fail(Exception):
@@ -152,6 +160,7 @@ def _softmax_cases():
         ("a row with -inf (masked) entries", np.array([2, -np.inf, 1, -np.inf], F32),
          "a -inf score gets probability 0"),
         ("a long row (4099 values)", (rng.normal(size=4099) * 10).astype(F32), "the outputs must sum to 1"),
+        *((what, x, FAR_MAX) for what, x in FAR_MAX_ROWS),
     ]
 
 
@@ -363,7 +372,7 @@ def check_tile_softmax(fn) -> Verdict:
     """fn(tile: (rows, cols) float32 with -inf where masked) -> row-wise softmax, zeros for a row
     that is entirely -inf: the math inside a Triton program's tile."""
     rng = np.random.default_rng(5)
-    t = (rng.normal(size=(7, 16)) * 6).astype(F32)
+    t = (rng.normal(size=(8, 16)) * 6).astype(F32)
     t[1, 5:] = -np.inf
     t[2] = -np.inf
     t[3, 0] = 1000.0
@@ -371,6 +380,8 @@ def check_tile_softmax(fn) -> Verdict:
     t[5, 3] = np.inf           # rows 5 and 6 come out NaN (docs/contract.md)
     t[6, 9:] = -np.inf
     t[6, 2] = np.nan
+    t[7] -= 800.0              # row 7: its max, in the last column, 720 above every other score
+    t[7, -1] = 0.0
 
     def run(f):
         with np.errstate(all="ignore"):
@@ -386,7 +397,7 @@ def check_tile_softmax(fn) -> Verdict:
                            (0, "row-wise softmax"),
                            (4, "a row of the lowest finite float32 is uniform: its scores are finite, however low, "
                                "and only a max of exactly -inf marks a masked row"),
-                           (5, INF_SEEN), (6, NAN_SEEN)):
+                           (7, FAR_MAX + " (row 7's max is in its last column)"), (5, INF_SEEN), (6, NAN_SEEN)):
             try:
                 _compare(g[r], want[r], f"row {r}", rtol=2e-5)
             except _Fail as e:
@@ -402,6 +413,7 @@ def check_log_softmax(fn) -> Verdict:
             ("a gap of 200", np.array([0, -200, 5], F32),
              "log(softmax(x)) underflows: exp(-205) is 0 in float32 and log(0) = -inf; compute (x - m) - log(s)"),
             ("random scores", np.random.default_rng(2).normal(size=33).astype(F32) * 4, "(x - m) - log(sum exp(x - m))"),
+            *((what, x, FAR_MAX) for what, x in FAR_MAX_ROWS),
             ("a fully masked row", np.full(4, -np.inf, F32), "an empty row gives -inf everywhere, never NaN"),
             ("a row of the lowest finite float32", np.full(4, LOWEST, F32),
              "finite scores are never a masked row, however low: this one is uniform, log(1/4) everywhere; only a "

@@ -63,6 +63,25 @@ def tile_softmax(t):
     return np.where(s == 0, 0, e / np.where(s == 0, 1, s))
 
 
+def shifted(x, ref):
+    """softmax measured against `ref` instead of the row's max (right for any finite ref in exact
+    arithmetic)."""
+    e = np.exp(x - ref)
+    return e / e.sum()
+
+
+def tile_softmax_against(t, ref):
+    e = np.exp(t - ref)
+    s = e.sum(axis=1, keepdims=True)
+    return np.where(s == 0, 0, e / np.where(s == 0, 1, s))
+
+
+def log_softmax_against(x, ref):
+    if np.isneginf(x).all():
+        return np.full_like(x, -np.inf)
+    return (x - ref) - np.log(np.exp(x - ref).sum())
+
+
 def log_softmax(x):
     m = x.max()
     if m == -np.inf:
@@ -96,6 +115,22 @@ WRONG = [
     (inline.check_softmax, lambda x: np.exp(x - x.mean()) / np.exp(x - x.mean()).sum(), "max"),
     (inline.check_softmax, lambda x: np.exp(x - x.max()), "divide exp(x - m) by its sum"),
     (inline.check_softmax, lambda x: safe(x.astype(np.float16)), "not float16"),
+    # a reference other than the max of the whole row: right while the row's scores lie close together,
+    # in float32 or float64 alike
+    (inline.check_softmax, lambda x: shifted(x, x[0]), "subtract the max of the whole row"),
+    (inline.check_softmax, lambda x: shifted(x.astype(np.float64), x[0]), "subtract the max of the whole row"),
+    (inline.check_softmax, lambda x: shifted(x, x[1:].max() if x.size > 1 else x[0]), "the max of part of the row"),
+    (inline.check_softmax, lambda x: shifted(x, x[:max(1, x.size // 2)].max()), "the max of part of the row"),
+    (inline.check_masked_row_softmax, lambda x: np.zeros_like(x) if np.isneginf(x).all()
+     else shifted(x, x[:max(1, x.size // 2)].max()), "subtract the max of the whole row"),
+    (inline.check_tile_softmax, lambda t: tile_softmax_against(t, np.where(np.isneginf(t[:, :8].max(axis=1, keepdims=True)),
+                                                                     0, t[:, :8].max(axis=1, keepdims=True))),
+     "row 7's max is in its last column"),
+    (inline.check_tile_softmax, lambda t: tile_softmax_against(t, np.where(np.isneginf(t[:, :1]), 0, t[:, :1])), "row 7"),
+    (inline.check_log_softmax, lambda x: log_softmax_against(x, x[:max(1, x.size // 2)].max()),
+     "subtract the max of the whole row"),
+    (inline.check_log_softmax, lambda x: log_softmax_against(x.astype(np.float64), x[-1]),
+     "subtract the max of the whole row"),
     (inline.check_masked_row_softmax, safe, "fully masked"),
     (inline.check_masked_row_softmax, lambda x: np.zeros_like(x) if x.max() < -1e30 else safe(x), "however low"),
     (inline.check_online_step, lambda m, s, x: (max(m, x), s + math.exp(x - max(m, x))), "exp(m - m')"),
