@@ -75,8 +75,10 @@ def test_every_notebooks_record_names_its_gpu_passed_and_is_fresh(record):
     assert sorted(nb for nb, _ in rows) == sorted(q.name for q in (ROOT / "notebooks").glob("*.ipynb")), record
     assert all(verdict == "passed" for _, verdict in rows), rows
     recorded = provenance.parse_header(text)
-    assert not provenance.stale_sources(recorded), f"{record} is older than {provenance.stale_sources(recorded)}"
-    assert not set(provenance.notebook_files()) - set(recorded), "it does not say which notebooks it ran"
+    again = "run `a07 results notebooks` on that GPU again, or delete the record (a stale one is not kept)"
+    assert not provenance.stale_sources(recorded), \
+        f"{record} is older than {provenance.stale_sources(recorded)}: {again}"
+    assert not set(provenance.notebook_files()) - set(recorded), f"it does not say which notebooks it ran: {again}"
 
 
 def test_the_notebooks_record_covers_the_notebooks_and_what_they_import():
