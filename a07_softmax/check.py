@@ -728,6 +728,11 @@ def _calls_with_kwargs(items):
     return cases
 
 
+# how a child stopped by a segmentation fault or a bus error exits: killed by the signal (-11, -7),
+# or, under bubblewrap, with 128 + the signal
+_MEMORY_FAULTS = {-11, -7, 139, 135}
+
+
 def cases_06(rng, hidden: bool):
     from . import reference as R
 
@@ -1195,6 +1200,18 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
             elif run.timed_out:
                 out.append(Result(case.name, TIMEOUT, "not reached: an earlier check used up the time", 0,
                                   case.points, case.hidden))
+            elif run.returncode in _MEMORY_FAULTS and case.call.get("launches"):
+                fn = case.call.get("fn")
+                out.append(Result(case.name, ERROR, (
+                    f"{fn}() touched memory outside its tensors and stopped the process (a segmentation fault, exit "
+                    f"{run.returncode}): the checker lays every tensor right after memory no kernel may read or "
+                    "write, so a load or store before a row's start fails here"
+                    + (", such as a target equal to ignore_index (-100) used as a column: mask that load "
+                       "(mask=t != ignore_index), or gather the target's logit with tl.where over the row"
+                       if fn.startswith("cross_entropy") else ": every offset a kernel loads or stores must lie "
+                       "in its row, or be masked")) if run.running == cid else
+                    "not run: the process stopped on a segmentation fault at an earlier check",
+                    0, case.points, case.hidden))
             else:
                 tail = "\n".join(run.stderr.strip().splitlines()[-6:])
                 out.append(Result(case.name, ERROR, f"the process running your code died (exit {run.returncode})"

@@ -52,10 +52,45 @@ def trusted_launchers(mod, torch, triton):
     # the exercise's ignore_index (-100), whatever the learner's file sets; a case may pass another
     # (the kernel takes it as an argument: a kernel that tests for -100 itself ignores the wrong rows)
     nan = float("nan")
+    mappings = []   # the guarded buffers' memory maps, alive as long as the launchers
+
+    def guarded_full(shape, dtype):
+        """A CPU tensor of NaN in pages of its own, right after a page that may not be touched (and
+        before another): a kernel that reads or writes before a tensor's first element (a negative
+        index: a target of ignore_index, -100, used as a column) stops with a segmentation fault,
+        which the parent names, instead of reading whatever lies there and throwing it away. Where
+        the pages cannot be protected, a plain tensor."""
+        import ctypes
+        import mmap
+
+        nbytes = torch.empty(0, dtype=dtype).element_size() * rows_cols(shape)
+        page = mmap.PAGESIZE
+        data = -(-max(nbytes, 1) // page) * page
+        try:
+            mm = mmap.mmap(-1, page + data + page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+            if libc.mprotect(ctypes.c_void_p(base), page, 0) or \
+                    libc.mprotect(ctypes.c_void_p(base + page + data), page, 0):
+                raise OSError("mprotect")
+        except (OSError, AttributeError, ValueError, TypeError):
+            return torch.full(shape, nan, dtype=dtype)
+        mappings.append(mm)
+        t = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=page).view(dtype).view(shape)
+        return t.fill_(nan)
+
+    def rows_cols(shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return n
 
     def padded(x):
         rows, cols = x.shape
-        buf = torch.full((rows, triton.next_power_of_2(cols) + 1), nan, dtype=x.dtype, device=x.device)
+        shape = (rows, triton.next_power_of_2(cols) + 1)
+        buf = guarded_full(shape, x.dtype) if x.device.type == "cpu" else \
+            torch.full(shape, nan, dtype=x.dtype, device=x.device)
         buf[:, :cols] = x
         return buf[:, :cols]
 

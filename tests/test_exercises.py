@@ -433,6 +433,13 @@ WRONG = {
                                                      "scale_mask_softmax_kernel = _K()\n", "bound again"),
     },
     "06": {
+        # the target's logit read at the target itself: a row whose target is ignore_index (-100) then
+        # reads 100 elements before its start, past the first row's (the value is thrown away, so only
+        # the checker's protected memory shows it)
+        "the target's logit loaded at the target, unmasked": (
+            _edit("06", "    x_t = tl.sum(tl.where(cols == t, x, 0.0), axis=0)\n",
+                  "    x_t = tl.load(in_ptr + row * stride + t).to(tl.float32)\n"),
+            "touched memory outside its tensors"),
         # ignore_index is the kernel's argument: a case passes 3 (a padding token's id)
         "ignore_index hard-coded as -100": (_edit("06", "    ignored = t == ignore_index\n", "    ignored = t == -100\n"),
                                             "compare the target with ignore_index"),
@@ -910,3 +917,22 @@ def test_the_source_check_of_online_vectorized_tells_loops_from_array_operations
     # the stub, and a file that does not parse, are left to the child (it names them)
     assert check._online_vectorized_problem((ROOT / "exercises" / check.EXERCISES["04"]).read_text()) is None
     assert check._online_vectorized_problem("def online_vectorized(xs:\n") is None
+
+
+# the target's logit read with one load at the target, made safe for ignored rows: both pass
+RIGHT_06 = {
+    "a load at the target, masked for ignored rows": "    x_t = tl.load(in_ptr + row * stride + t, mask=t != ignore_index, "
+                                                      "other=0.0).to(tl.float32)\n",
+    "a load at the target, the index clamped for ignored rows": "    x_t = tl.load(in_ptr + row * stride + "
+                                                                 "tl.where(t == ignore_index, 0, t)).to(tl.float32)\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT_06))
+def test_a_right_answer_written_otherwise_passes_exercise_06(tmp_path, name):
+    if not backend.detect().triton_installed:
+        pytest.skip("triton is not installed here: exercise 06 runs in the Triton interpreter")
+    f = tmp_path / check.EXERCISES["06"]
+    f.write_text(_edit("06", "    x_t = tl.sum(tl.where(cols == t, x, 0.0), axis=0)\n", RIGHT_06[name]))
+    results = check.run_check("06", f, timeout=300)
+    assert check.status(results) == "passed", [tuple(r) for r in results if r.verdict != check.PASS]
