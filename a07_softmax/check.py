@@ -733,6 +733,14 @@ def _calls_with_kwargs(items):
 _MEMORY_FAULTS = {-11, -7, 139, 135}
 
 
+def _outside_hint(fn: str) -> str:
+    """What a load or store outside the tensors most likely was, for the exercise function `fn`."""
+    if (fn or "").startswith("cross_entropy"):
+        return (", such as a target equal to ignore_index (-100) used as a column: mask that load "
+                "(mask=t != ignore_index), or gather the target's logit with tl.where over the row")
+    return ": every offset a kernel loads or stores must lie in its row, or be masked"
+
+
 def cases_06(rng, hidden: bool):
     from . import reference as R
 
@@ -1205,12 +1213,8 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
                 out.append(Result(case.name, ERROR, (
                     f"{fn}() touched memory outside its tensors and stopped the process (a segmentation fault, exit "
                     f"{run.returncode}): the checker lays every tensor right after memory no kernel may read or "
-                    "write, so a load or store before a row's start fails here"
-                    + (", such as a target equal to ignore_index (-100) used as a column: mask that load "
-                       "(mask=t != ignore_index), or gather the target's logit with tl.where over the row"
-                       if fn.startswith("cross_entropy") else ": every offset a kernel loads or stores must lie "
-                       "in its row, or be masked")) if run.running == cid else
-                    "not run: the process stopped on a segmentation fault at an earlier check",
+                    f"write, so a load or store before a row's start fails here{_outside_hint(fn)}")
+                    if run.running == cid else "not run: the process stopped on a segmentation fault at an earlier check",
                     0, case.points, case.hidden))
             else:
                 tail = "\n".join(run.stderr.strip().splitlines()[-6:])
@@ -1227,6 +1231,12 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
                 if kernel and rep.get("error", "").startswith("TypeError") and kernel in rep.get("error", ""):
                     detail += (f": the checker launches {kernel} with the scaffold's arguments, as its wrapper "
                                "does; keep the kernel's signature")
+                elif kernel and "illegal memory access" in rep.get("error", ""):
+                    # on a GPU the same read past a tensor's start is CUDA's illegal address, which also
+                    # leaves the device unusable for the checks after it
+                    detail = ("the kernel read or wrote memory outside its tensors (CUDA: an illegal memory access; "
+                              f"the checks after it fail with the same error){_outside_hint(case.call.get('fn'))}. "
+                              f"{detail[:160]}")
                 out.append(Result(case.name, FAIL, detail, 0, case.points, case.hidden))
             continue
         # the child's own clock, and the judge's (a submission can stop the clocks of its own process)

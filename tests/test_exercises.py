@@ -936,3 +936,18 @@ def test_a_right_answer_written_otherwise_passes_exercise_06(tmp_path, name):
     f.write_text(_edit("06", "    x_t = tl.sum(tl.where(cols == t, x, 0.0), axis=0)\n", RIGHT_06[name]))
     results = check.run_check("06", f, timeout=300)
     assert check.status(results) == "passed", [tuple(r) for r in results if r.verdict != check.PASS]
+
+
+def test_an_illegal_memory_access_on_a_gpu_is_named_like_the_interpreters_fault():
+    """On a GPU, exercise 06's unmasked load at a target of -100 is CUDA's illegal address (seen on an
+    H100), which the child reports as an error: the judge names what it most likely was, as it does
+    for the interpreter's segmentation fault."""
+    class Run:
+        timed_out, returncode, running, stderr, timeout, box = False, 0, "", "", 10.0, None
+        results = [{"id": "c0", "error": "AcceleratorError: CUDA error: an illegal memory access was encountered",
+                    "where": ""}]
+    case = check.Case("a case", {"fn": "cross_entropy", "launches": "cross_entropy_kernel", "args": []},
+                      lambda got: None, {})
+    (result,) = check._judge([case], Run(), False)
+    assert result.verdict == check.FAIL and "outside its tensors" in result.detail \
+        and "mask=t != ignore_index" in result.detail, result.detail
