@@ -538,3 +538,26 @@ def test_docs_performance_states_the_table_the_planner_uses():
         for c in t.cluster_tiers:
             assert f"{c.vecs} x {c.max_threads} in {c.cluster}" in rows[0] or \
                 f"{c.vecs} x {c.max_threads} in 8 or 16" in rows[0], c
+
+
+@pytest.mark.slow
+def test_docs_register_cap_reading_holds():
+    """docs/performance.md's registers and spills for the causal 4096-key bf16 instance held to 768
+    and 1024 threads an SM, recomputed by bench/sweeps/register_cap.py (NVRTC, sm_90)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("register_cap", native.ROOT / "bench" / "sweeps" / "register_cap.py")
+    cap = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cap)
+    try:
+        rep = cap.report((0, 768, 1024))
+    except RuntimeError as e:
+        if "NVRTC unavailable" in str(e):
+            pytest.skip(str(e))
+        raise
+    name = "scale_span_softmax_fast_block<bf16_t, 8, 64, true>"
+    doc = " ".join((native.ROOT / "docs" / "performance.md").read_text().split())
+    shipped, at768, at1024 = (rep[(name, n)] for n in (0, 768, 1024))
+    assert shipped[1] == 0 and f"true>`, {shipped[0]} registers and no spill as shipped)" in doc
+    assert f"takes {at768[0]} registers and {at768[1]} bytes of spill stores at 768 threads an SM, and " \
+           f"{at1024[0]} registers and {at1024[1]} bytes at 1024" in doc
