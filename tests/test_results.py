@@ -893,3 +893,22 @@ def test_scale_mask_ncu_script_reads_ncus_csv_with_its_units(monkeypatch, capsys
     stdout = rows(range(len(mod.SEQS) - 1))
     with pytest.raises(RuntimeError, match="profiled launches"):
         mod.main([])
+
+
+def test_print_quotes_lists_what_the_prose_must_say(capsys):
+    """tests/print_quotes.py (the helper for updating prose after a GPU run) prints the sentences a
+    results test looks for, recomputed from the committed results, and what a test says must be
+    absent."""
+    import importlib.util
+
+    from a07_softmax.paths import ROOT
+
+    spec = importlib.util.spec_from_file_location("print_quotes", ROOT / "tests" / "print_quotes.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["test_notebook_10_reading_of_the_cuda_kernel_holds"]) == 0
+    out = capsys.readouterr().out
+    assert "  About a hundred times slower than the Triton kernel" in out
+    mod.main(["test_docs_performance_quotes_the_attention_sweep"])
+    out = capsys.readouterr().out
+    assert "the sweep's run of the same launches (below) measured" in out and "FAILED" not in out
