@@ -1,4 +1,6 @@
-"""What several test modules share: array metadata without a GPU, and the HIP compiler."""
+"""What several test modules share: array metadata without a GPU, the HIP compiler, and the
+course's scripts (bench/, tests/) loaded as modules."""
+import importlib.util
 import shutil
 
 import numpy as np
@@ -17,6 +19,18 @@ class FakeDeviceArray:
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else shape
         n, known = int(np.prod(self.shape)), int(np.prod([s for s in shape if s != -1]))
         return FakeDeviceArray(tuple(n // known if s == -1 else s for s in shape), self.dtype, self.flags["C_CONTIGUOUS"])
+
+
+def load_script(relpath: str):
+    """A script of the checkout (not a package module: bench/traffic.py, tests/print_quotes.py, ...)
+    loaded as a module, so that a test can call its functions."""
+    from a07_softmax.paths import ROOT
+
+    path = ROOT / relpath
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def grad_err(got, ref) -> float:

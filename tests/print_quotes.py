@@ -32,12 +32,12 @@ class _Recorder:
 
 
 def main(argv=None) -> int:
-    names = (argv if argv is not None else sys.argv[1:])
+    names = argv if argv is not None else sys.argv[1:]
     path = HERE / "test_results.py"
     prose = re.compile(r"\bin (doc|text)\b")
     source = prose.sub("in _PROSE", re.sub(r"\bnot in (doc|text)\b", "not in _ABSENT", path.read_text()))
-    module = types.ModuleType("test_results_quotes")
-    module.__file__ = str(path)
+    module = types.ModuleType("tests.test_results_quotes")
+    module.__file__, module.__package__ = str(path), "tests"   # its `from .helpers import ...`
     module.__dict__["_PROSE"], module.__dict__["_ABSENT"] = _Recorder(True), _Recorder(False)
     exec(compile(source, str(path), "exec"), module.__dict__)
     # inspect reads the file as written (the line numbers are the same): its `in doc` / `in text`

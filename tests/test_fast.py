@@ -14,7 +14,7 @@ from a07_softmax import fast, native
 from a07_softmax import accuracy
 from a07_softmax.paths import ROOT
 
-from .helpers import FakeDeviceArray, bad_inputs, hipcc
+from .helpers import FakeDeviceArray, bad_inputs, hipcc, load_script
 
 ODD_COLS = [1, 2, 3, 7, 31, 33, 127, 128, 129, 255, 257, 1000, 1023, 1024, 1025, 2047, 2049, 3000, 4097,
             8191, 16384, 16385, 32767, 32769, 65537, 131072, 262144, 262147]
@@ -492,11 +492,7 @@ def test_every_sweep_behind_docs_performance_names_a_plan_it_can_build():
     configuration must be one plan() accepts (a typo is an error, not the default plan), no two of
     a claim's launch the same (instance, block size, defines), and the table's own choice must be
     among those compared."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("fast_configs", ROOT / "bench" / "sweeps" / "fast_configs.py")
-    sweeps = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweeps)
+    sweeps = load_script("bench/sweeps/fast_configs.py")
     assert sweeps.parse_config("strategy=block vecs=4 -DA07_L2_HINT=0") == (
         {"strategy": "block", "vecs": 4}, ("A07_L2_HINT=0",))
     variants = {}
@@ -544,11 +540,7 @@ def test_docs_performance_states_the_table_the_planner_uses():
 def test_docs_register_cap_reading_holds():
     """docs/performance.md's registers and spills for the causal 4096-key bf16 instance held to 768
     and 1024 threads an SM, recomputed by bench/sweeps/register_cap.py (NVRTC, sm_90)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("register_cap", native.ROOT / "bench" / "sweeps" / "register_cap.py")
-    cap = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cap)
+    cap = load_script("bench/sweeps/register_cap.py")
     try:
         rep = cap.report((0, 768, 1024))
     except RuntimeError as e:
@@ -556,7 +548,7 @@ def test_docs_register_cap_reading_holds():
             pytest.skip(str(e))
         raise
     name = "scale_span_softmax_fast_block<bf16_t, 8, 64, true>"
-    doc = " ".join((native.ROOT / "docs" / "performance.md").read_text().split())
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
     shipped, at768, at1024 = (rep[(name, n)] for n in (0, 768, 1024))
     assert shipped[1] == 0 and f"true>`, {shipped[0]} registers and no spill as shipped)" in doc
     assert f"takes {at768[0]} registers and {at768[1]} bytes of spill stores at 768 threads an SM, and " \

@@ -5,6 +5,8 @@ import pytest
 
 from a07_softmax import provenance, results
 
+from .helpers import load_script
+
 BENCHES = results.available()
 
 
@@ -497,14 +499,9 @@ def test_traffic_script_reads_ncus_csv_by_nvtx_range(monkeypatch):
     """bench/traffic.py: ncu's raw CSV (kernels renamed "<range>/<kernel>" by --print-nvtx-rename) is
     summed per case, kernels outside a case's range (input set-up, warm-up) are left out, units are
     honoured, and a case ncu never saw is an error, not a silent zero."""
-    import importlib.util
     import subprocess
 
-    from a07_softmax.paths import ROOT
-
-    spec = importlib.util.spec_from_file_location("traffic", ROOT / "bench" / "traffic.py")
-    traffic = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(traffic)
+    traffic = load_script("bench/traffic.py")
     case = traffic.case_name("cuda.scale_mask_softmax_unfused", "float32", 1024)
     rows = ['"ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum"', '"","","Mbyte","byte"',
             '"0","distribution_elementwise_grid_stride_kernel","999","999"',
@@ -862,14 +859,9 @@ def test_scale_mask_ncu_script_reads_ncus_csv_with_its_units(monkeypatch, capsys
     """bench/scale_mask_ncu.py (the open question's counters): ncu's CSV rows are read per launch with
     their units (Mbyte, usecond), printed as fractions of the tensor and microseconds, and a run that
     profiled fewer launches than row lengths is an error, not a shorter table."""
-    import importlib.util
     import subprocess
 
-    from a07_softmax.paths import ROOT
-
-    spec = importlib.util.spec_from_file_location("scale_mask_ncu", ROOT / "bench" / "scale_mask_ncu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("bench/scale_mask_ncu.py")
     head = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
 
     def rows(ids):
@@ -899,13 +891,7 @@ def test_print_quotes_lists_what_the_prose_must_say(capsys):
     """tests/print_quotes.py (the helper for updating prose after a GPU run) prints the sentences a
     results test looks for, recomputed from the committed results, and what a test says must be
     absent."""
-    import importlib.util
-
-    from a07_softmax.paths import ROOT
-
-    spec = importlib.util.spec_from_file_location("print_quotes", ROOT / "tests" / "print_quotes.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("tests/print_quotes.py")
     assert mod.main(["test_notebook_10_reading_of_the_cuda_kernel_holds"]) == 0
     out = capsys.readouterr().out
     assert "  About a hundred times slower than the Triton kernel" in out

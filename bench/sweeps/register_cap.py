@@ -8,7 +8,7 @@ switch for these instances, so this script compiles a copy of cuda/softmax_fast.
 A07_BLOCK_MIN_BLOCKS also covers 8-vector 16-bit blocks, under -DA07_WIDE_MIN_THREADS=N, and prints
 registers and spill bytes per N (0: the shipped build).
 
-  python bench/sweeps/register_cap.py [--threads 0 768 1024 1280]
+  python bench/sweeps/register_cap.py [--threads N ...]
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+THREADS = (0, 768, 1024, 1280)   # threads an SM the launch bound promises; 0: none (the shipped build)
 INSTANCES = ("scale_span_softmax_fast_block<bf16_t, 8, 32, true>", "scale_span_softmax_fast_block<bf16_t, 8, 64, true>")
 SHIPPED = "#define A07_BLOCK_MIN_BLOCKS(T, VECS, MAX_THREADS) (sizeof(T) == 2 && (VECS) <= 2 ? " \
           "A07_BLOCK_MIN_THREADS / (MAX_THREADS) : 0)"
@@ -28,7 +29,7 @@ CAPPED = "#ifndef A07_WIDE_MIN_THREADS\n#define A07_WIDE_MIN_THREADS 0\n#endif\n
          "A07_WIDE_MIN_THREADS / (MAX_THREADS) : 0))"
 
 
-def report(threads=(0, 768, 1024, 1280)) -> dict:
+def report(threads=THREADS) -> dict:
     """{(instance, threads an SM promised): (registers, spill store bytes, spill load bytes)}."""
     from a07_softmax import fast, native
 
@@ -52,7 +53,7 @@ def report(threads=(0, 768, 1024, 1280)) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, nargs="*", default=[0, 768, 1024, 1280])
+    ap.add_argument("--threads", type=int, nargs="*", default=list(THREADS))
     args = ap.parse_args(argv)
     for (name, n), (regs, stores, loads) in report(args.threads).items():
         print(f"{name:<55} {n or 'shipped':>7} threads an SM: {regs:3d} registers, spill stores {stores:5d} B, "
