@@ -64,20 +64,33 @@ class Tiles(NamedTuple):
     block_n: int      # keys per tile of the inner loop
     num_warps: int
     num_stages: int   # tiles of K and V in flight
+    kv_descriptors: bool = False  # K and V tiles through tensor descriptors (TMA), where _use_tma allows
+    qo_descriptors: bool = False  # the Q tile and the O tile too
 
 
-# (largest head dim, tiles): the first row whose limit covers d. Measured on the H200 in bf16
-# (bench/sweeps/attention_configs.py -> results/nvidia-h200/sweeps_attention.txt). With tensor
-# descriptors, head dim 128 runs fastest on square 128 x 128 tiles: one masked tile on a causal
-# diagonal instead of two. The pointer path (float32, GPUs without TMA) keeps 128 x 64, which ran as
-# fast as 128 x 128 there.
-TMA_TILES = ((64, Tiles(128, 64, 8, 3)), (128, Tiles(128, 128, 8, 3)))
+# (largest head dim, tiles): the first row whose limit covers d, per mode, for 16-bit data on GPUs
+# with TMA. Measured on the H200 in bf16 (bench/sweeps/attention_configs.py ->
+# results/nvidia-h200/sweeps_attention.txt). Head dim 128 runs fastest on square 128 x 128 tiles
+# (one masked tile on a causal diagonal instead of two), its key and value tiles through descriptors.
+# Causal programs walk half the key tiles on average, so their fixed costs (the query tile in, the
+# output out) weigh twice as much: at head dim 128 those go through descriptors too; at head dim 64
+# the causal tiles ran faster through pointers than through descriptors.
+TMA_TILES = {
+    "full": ((64, Tiles(128, 64, 8, 3, kv_descriptors=True)),
+             (128, Tiles(128, 128, 8, 3, kv_descriptors=True))),
+    "causal": ((64, Tiles(128, 64, 8, 3)),
+               (128, Tiles(128, 128, 8, 3, kv_descriptors=True, qo_descriptors=True))),
+}
 TMA_MIN_HEAD_DIM = 64
+# float32, and GPUs without TMA: 128 x 64 ran as fast as 128 x 128 there
 POINTER_TILES = ((32, Tiles(128, 64, 4, 3)), (128, Tiles(128, 64, 8, 3)))
 
 
-def pick_tiles(head_dim: int, tma: bool) -> Tiles:
-    return next(t for limit, t in (TMA_TILES if tma else POINTER_TILES) if head_dim <= limit)
+def pick_tiles(head_dim: int, tma: bool, causal: bool = False) -> Tiles:
+    """The launch for a head dim and mode: TMA_TILES where the data may go through descriptors (tma),
+    else POINTER_TILES."""
+    table = TMA_TILES["causal" if causal else "full"] if tma else POINTER_TILES
+    return next(t for limit, t in table if head_dim <= limit)
 
 
 # Causal launches run a group of heads' query tiles longest first (attention_fwd_kernel, HEAVY_FIRST).
@@ -107,16 +120,16 @@ FOLD_SCALE = False
 MAX_ABS_SCALE = float(np.finfo(np.float32).max) / math.log2(math.e)
 
 
-def _use_tma(q, k, v, interp: bool) -> bool:
-    """Tensor descriptors for the K and V tiles: 16-bit data (float32 tiles of 128 x 128 would not fit
-    in shared memory) whose base addresses meet TMA's 16-byte alignment, on an NVIDIA GPU of compute
-    capability 9 or more at the head dims measured with it (TMA_TILES), or in the interpreter at any
-    head dim (it reads descriptors too: the CPU tests cover both paths, fp32 the pointer one). Below
-    head dim 64 the GPU keeps pointers: with Triton 3.6 ptxas crashed compiling the descriptor
-    kernel at head dim 16 (fp16, H200)."""
+def _use_tma(q, k, v, interp: bool, out=None) -> bool:
+    """Tensor descriptors: 16-bit data (float32 tiles of 128 x 128 would not fit in shared memory)
+    whose base addresses meet TMA's 16-byte alignment, on an NVIDIA GPU of compute capability 9 or
+    more at the head dims measured with it (TMA_TILES), or in the interpreter at any head dim (it
+    reads descriptors too: the CPU tests cover both paths, fp32 the pointer one). Below head dim 64
+    the GPU keeps pointers: with Triton 3.6 ptxas crashed compiling the descriptor kernel at head
+    dim 16 (fp16, H200)."""
     import torch
 
-    if q.element_size() != 2 or any(t.data_ptr() % 16 for t in (k, v)):
+    if q.element_size() != 2 or any(t.data_ptr() % 16 for t in (q, k, v, q if out is None else out)):
         return False
     if interp:
         return True
@@ -127,26 +140,29 @@ def _use_tma(q, k, v, interp: bool) -> bool:
 _KERNEL = []
 
 
-def _launch(q, k, v, out, kv_len, scale, causal, block_m, block_n, tiles, tma, interp, heads_per_group):
+def _launch(q, k, v, out, kv_len, scale, causal, block_m, block_n, tiles, interp, heads_per_group):
     """One launch of the kernel over (B, H, S, D) slices, B * H within the grid's second dimension."""
     import torch
     import triton
 
     b, h, s, d = q.shape
     grid = (triton.cdiv(s, block_m), b * h)
-    kd, vd = k, v                                   # unused by the pointer path
-    if tma:
+
+    def descriptor(t, rows):
+        """(B*H, S, D) view of t, blocks of `rows` rows of one head: a block never crosses into the
+        next head, and rows past S read as zeros (stores there are dropped)."""
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        # (B*H, S, D): a tile never crosses into the next head; rows past S read as zeros
-        kd, vd = (TensorDescriptor(t.view(b * h, s, d), [b * h, s, d], [s * d, d, 1], [1, block_n, d])
-                  for t in (k, v))
+        return TensorDescriptor(t.view(b * h, s, d), [b * h, s, d], [s * d, d, 1], [1, rows, d])
+
+    kd, vd = (descriptor(t, block_n) for t in (k, v)) if tiles.kv_descriptors else (k, v)
+    qd, od = (descriptor(t, block_m) for t in (q, out)) if tiles.qo_descriptors else (q, out)
     group = int(heads_per_group or head_group(b * h, s, d, q.element_size()))
-    _KERNEL[0][grid](q, k, v, out, kd, vd, kv_len if kv_len is not None else q, s, scale, h, min(group, b * h),
-                     q.stride(0), q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
-                     CAUSAL=causal, HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
+    _KERNEL[0][grid](q, k, v, out, qd, kd, vd, od, kv_len if kv_len is not None else q, s, scale, h,
+                     min(group, b * h), q.stride(0), q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=block_m,
+                     BLOCK_N=block_n, CAUSAL=causal, HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
                      UPCAST=interp and q.dtype == torch.bfloat16, HEAVY_FIRST=causal,
-                     FOLD=FOLD_SCALE and scale > 0, TMA=tma,
+                     FOLD=FOLD_SCALE and scale > 0, TMA=tiles.kv_descriptors, QO_TMA=tiles.qo_descriptors,
                      **({} if interp else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}))
 
 
@@ -162,7 +178,8 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
     bfloat16) on one device, D in HEAD_DIMS; fp32 statistics. kv_len: int32 (B,) valid keys per batch
     entry (key padding), each in [0, S]. Rows with no visible key are zeros. |scale| at most
     MAX_ABS_SCALE. block_m, block_n, tma, heads_per_group: override the launch choice (tests;
-    tma=None: tensor descriptors where _use_tma says so; heads_per_group=None: head_group())."""
+    tma=None: tensor descriptors where _use_tma allows and the launch table takes them, True: every
+    tile through descriptors, False: none; heads_per_group=None: head_group())."""
     import torch
     import triton
 
@@ -205,8 +222,13 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
         # block of out: out may be q itself, but a write into k, v or another block of q would be read
         raise ValueError("out overlaps k or v (or part of q): pass out=q to write over q, or a separate tensor")
     interp = not q.is_cuda
-    tma = _use_tma(q, k, v, interp) if tma is None else bool(tma)
-    tiles = Tiles(16, 16, 4, 1) if interp else pick_tiles(d, tma)
+    allowed = _use_tma(q, k, v, interp, out) if tma is None else bool(tma)
+    if interp:   # small tiles; descriptors as the GPU's head dim 128 takes them (K, V; Q and O causal)
+        tiles = Tiles(16, 16, 4, 1, kv_descriptors=allowed, qo_descriptors=allowed and bool(causal))
+    else:
+        tiles = pick_tiles(d, allowed, bool(causal))
+    if tma:      # forced: every tile (the tests' way to reach each path)
+        tiles = tiles._replace(kv_descriptors=True, qo_descriptors=True)
     block_m = block_m or tiles.block_m
     block_n = block_n or tiles.block_n
     if block_m % block_n:
@@ -229,5 +251,5 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
         for b0 in range(0, b, per):
             b1 = min(b, b0 + per)
             _launch(q[b0:b1], k[b0:b1], v[b0:b1], out[b0:b1], None if kv_len is None else kv_len[b0:b1], scale,
-                    bool(causal), block_m, block_n, tiles, tma, interp, heads_per_group)
+                    bool(causal), block_m, block_n, tiles, interp, heads_per_group)
     return out

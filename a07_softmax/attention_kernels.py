@@ -95,11 +95,16 @@ def _walk(q, K, V, KD, VD, bh, base, stride_s, full, hi, offs_m, offs_n, offs_d,
 
 
 @triton.jit
-def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads, head_group,
+def attention_fwd_kernel(Q, K, V, O, QD, KD, VD, OD, KV_LEN, seq, sm_scale, heads, head_group,
                          stride_b, stride_h, stride_s,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr, HAS_KV_LEN: tl.constexpr, IEEE: tl.constexpr,
-                         UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr):
+                         UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr,
+                         QO_TMA: tl.constexpr):
+    # QO_TMA: the query tile is loaded and the output tile stored through tensor descriptors too (QD,
+    # OD: (B*H, S, D) views, blocks of BLOCK_M rows), one bulk copy each instead of an address per
+    # element; rows past S read as zeros and are not stored. A program's fixed costs (its query tile
+    # in, its output out) weigh most where it walks few key tiles: causal tiles near the top.
     # HEAVY_FIRST (causal): programs start in launch order (axis 0 fastest), and a causal tile's work
     # grows with its row index. Launched as they come, the grid would end on a head's longest tiles
     # and leave SMs idle behind them. So the launch order is renumbered: within a group of
@@ -125,7 +130,10 @@ def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads, head_
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    q = tl.load(Q + base + offs_m[:, None] * stride_s + offs_d[None, :], mask=offs_m[:, None] < seq, other=0.0)
+    if QO_TMA:
+        q = QD.load([bh, pid_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+    else:
+        q = tl.load(Q + base + offs_m[:, None] * stride_s + offs_d[None, :], mask=offs_m[:, None] < seq, other=0.0)
     if UPCAST:  # the interpreter's tl.dot mishandles bfloat16: compute in float32 there
         q = q.to(tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # log2(e): exp(x) = exp2(x log2(e))
@@ -144,5 +152,8 @@ def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads, head_
     m_i, l_i, acc = _walk(q, K, V, KD, VD, bh, base, stride_s, full, hi, offs_m, offs_n, offs_d, n_keys, qk_scale,
                           CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_M, BLOCK_N, HEAD_DIM)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]          # no visible key: zeros
-    tl.store(O + base + offs_m[:, None] * stride_s + offs_d[None, :], out.to(O.dtype.element_ty),
-             mask=offs_m[:, None] < seq)
+    if QO_TMA:
+        OD.store([bh, pid_m * BLOCK_M, 0], out.to(O.dtype.element_ty).reshape(1, BLOCK_M, HEAD_DIM))
+    else:
+        tl.store(O + base + offs_m[:, None] * stride_s + offs_d[None, :], out.to(O.dtype.element_ty),
+                 mask=offs_m[:, None] < seq)

@@ -71,7 +71,7 @@ def _check(rng, b, h, s, d, dtype, causal, kv, device, rising=False, **launch):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("s", [1, 5, 16, 17, 37])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("tma", [None, False], ids=["chosen-path", "pointers"])
+@pytest.mark.parametrize("tma", [None, False, True], ids=["chosen-path", "pointers", "every-tile-through-descriptors"])
 def test_against_float64_in_the_interpreter_or_on_the_gpu(rng, dtype, s, causal, tma):
     _check(rng, 3, 2, s, 16, dtype, causal, None, DEVICE, tma=tma)
     _check(rng, 3, 2, s, 32, dtype, causal, [0, 1, s], DEVICE, tma=tma)
@@ -85,12 +85,17 @@ def test_tensor_descriptors_only_where_they_can_work():
     assert not A._use_tma(q, q, q, interp=not q.is_cuda), "a base 2 bytes past an alignment took TMA"
     assert not A._use_tma(*(q.float(),) * 3, interp=not q.is_cuda), "float32 took TMA"
     aligned = q.clone()
+    assert not A._use_tma(aligned, aligned, aligned, interp=not q.is_cuda, out=q), \
+        "an output 2 bytes past an alignment took TMA (causal launches may store O through a descriptor)"
     if not q.is_cuda:
         assert A._use_tma(aligned, aligned, aligned, interp=True), "the interpreter must cover the TMA path"
     out = torch.full_like(q, float("nan"))
     A.flash_attention(q, q, q, causal=True, out=out)
     ref = _reference(q, q, q, True, None)
     assert _err(out, ref) <= accuracy.tolerance(torch.bfloat16), _err(out, ref)
+    out = torch.full_like(base, float("nan"))[1:].view(2, 3, 21, 16)
+    A.flash_attention(aligned, aligned, aligned, causal=True, out=out)
+    assert _err(out, ref) <= accuracy.tolerance(torch.bfloat16), ("a misaligned out", _err(out, ref))
 
 
 @pytest.mark.parametrize("causal", [False, True])

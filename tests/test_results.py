@@ -721,8 +721,9 @@ def test_notebook_08_reading_of_the_cross_entropy_dram_bytes_holds():
 
 def _attention_sweep():
     """results/nvidia-h200/sweeps_attention.txt as
-    {(head_dim, S, mode, tma, BLOCK_M, BLOCK_N, warps, heavy, fold, group): ms} (group: the heads a
-    causal launch orders longest-first together, 0 where nothing is reordered)."""
+    {(head_dim, S, mode, tma, qo, BLOCK_M, BLOCK_N, warps, heavy, fold, group): ms} (tma: key and value
+    tiles through descriptors; qo: query and output tiles too; group: the heads a causal launch orders
+    longest-first together, 0 where nothing is reordered)."""
     import re
 
     out, key = {}, None
@@ -731,11 +732,11 @@ def _attention_sweep():
         if m:
             key = (int(m[1]), int(m[2]))
             continue
-        m = re.match(r"\s+(full|causal)\s+tma (\d) BLOCK_M\s+(\d+) BLOCK_N\s+(\d+) warps (\d+) stages \d "
+        m = re.match(r"\s+(full|causal)\s+tma (\d) qo (\d) BLOCK_M\s+(\d+) BLOCK_N\s+(\d+) warps (\d+) stages \d "
                      r"heavy_first (\d) group\s+(\d+) fold (\d)\s+([\d.]+) ms", line)
         if m:
-            tma, bm, bn, warps, heavy, group, fold = (int(g) for g in m.groups()[1:8])
-            out[(*key, m[1], tma, bm, bn, warps, heavy, fold, group)] = float(m[9])
+            tma, qo, bm, bn, warps, heavy, group, fold = (int(g) for g in m.groups()[1:9])
+            out[(*key, m[1], tma, qo, bm, bn, warps, heavy, fold, group)] = float(m[10])
     return out
 
 
