@@ -229,8 +229,12 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
         tiles = pick_tiles(d, allowed, bool(causal))
     if tma:      # forced: every tile (the tests' way to reach each path)
         tiles = tiles._replace(kv_descriptors=True, qo_descriptors=True)
-    block_m = block_m or tiles.block_m
-    block_n = block_n or tiles.block_n
+    for name, given in (("block_m", block_m), ("block_n", block_n)):
+        # tl.arange needs a power of two, tl.dot 16 rows at least; 0 is an error, not the default
+        if given is not None and (int(given) != given or given < 16 or given & (given - 1)):
+            raise ValueError(f"{name} must be a power of two >= 16 (a tl.dot operand), got {given}")
+    block_m = tiles.block_m if block_m is None else int(block_m)
+    block_n = tiles.block_n if block_n is None else int(block_n)
     if block_m % block_n:
         raise ValueError(f"block_m ({block_m}) must be a multiple of block_n ({block_n}): a causal diagonal "
                          "must start a key tile")

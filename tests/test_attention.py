@@ -215,6 +215,11 @@ def test_bad_arguments_are_refused_before_a_launch():
     for group in (0, -1, 2.5):
         with pytest.raises(ValueError, match="heads_per_group"):
             A.flash_attention(q, q, q, causal=True, heads_per_group=group)
+    for name, size in (("block_m", 0), ("block_n", 0), ("block_m", 48), ("block_n", 8), ("block_m", 32.5)):
+        with pytest.raises(ValueError, match=f"{name} must be a power of two"):
+            A.flash_attention(q, q, q, **{name: size})
+    with pytest.raises(ValueError, match="multiple of block_n"):
+        A.flash_attention(q, q, q, block_m=16, block_n=32)
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
