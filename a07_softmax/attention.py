@@ -66,6 +66,7 @@ class Tiles(NamedTuple):
     num_stages: int   # tiles of K and V in flight
     kv_descriptors: bool = False  # K and V tiles through tensor descriptors (TMA), where _use_tma allows
     qo_descriptors: bool = False  # the Q tile and the O tile too
+    one_loop: bool = False        # one software pipeline over all key tiles, the masked ones tested inside
 
 
 # (largest head dim, tiles): the first row whose limit covers d, per mode, for 16-bit data on GPUs
@@ -163,6 +164,7 @@ def _launch(q, k, v, out, kv_len, scale, causal, block_m, block_n, tiles, interp
                      BLOCK_N=block_n, CAUSAL=causal, HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
                      UPCAST=interp and q.dtype == torch.bfloat16, HEAVY_FIRST=causal,
                      FOLD=FOLD_SCALE and scale > 0, TMA=tiles.kv_descriptors, QO_TMA=tiles.qo_descriptors,
+                     ONE_LOOP=tiles.one_loop,
                      **({} if interp else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}))
 
 
@@ -223,8 +225,10 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
         raise ValueError("out overlaps k or v (or part of q): pass out=q to write over q, or a separate tensor")
     interp = not q.is_cuda
     allowed = _use_tma(q, k, v, interp, out) if tma is None else bool(tma)
-    if interp:   # small tiles; descriptors as the GPU's head dim 128 takes them (K, V; Q and O causal)
-        tiles = Tiles(16, 16, 4, 1, kv_descriptors=allowed, qo_descriptors=allowed and bool(causal))
+    if interp:   # small tiles; descriptors and loops as the GPU's head dim 128 takes them
+        tiles = pick_tiles(128, True, bool(causal))._replace(block_m=16, block_n=16, num_warps=4, num_stages=1)
+        tiles = tiles._replace(kv_descriptors=tiles.kv_descriptors and allowed,
+                               qo_descriptors=tiles.qo_descriptors and allowed)
     else:
         tiles = pick_tiles(d, allowed, bool(causal))
     if tma:      # forced: every tile (the tests' way to reach each path)

@@ -77,6 +77,25 @@ def test_against_float64_in_the_interpreter_or_on_the_gpu(rng, dtype, s, causal,
     _check(rng, 3, 2, s, 32, dtype, causal, [0, 1, s], DEVICE, tma=tma)
 
 
+@pytest.mark.parametrize("one_loop", [False, True], ids=["two-pipelines", "one-pipeline"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tma", [None, False], ids=["chosen-path", "pointers"])
+def test_both_walks_over_the_key_tiles(rng, monkeypatch, one_loop, causal, tma):
+    """The key tiles in two runs (unmasked, then masked) or in one run that masks from the diagonal
+    on (Tiles.one_loop): the same answer, with key padding (garbage past kv_len, a length of 0), tails
+    past a tile and rising scores; on a GPU also at the launch table's own tile sizes."""
+    table = {mode: tuple((limit, t._replace(one_loop=one_loop)) for limit, t in rows)
+             for mode, rows in A.TMA_TILES.items()}
+    monkeypatch.setattr(A, "TMA_TILES", table)
+    for dtype in (torch.float32, torch.bfloat16):
+        for s in (17, 64):
+            _check(rng, 3, 2, s, 16, dtype, causal, [s, 5, 0], DEVICE, tma=tma)
+        _check(rng, 1, 2, 64, 32, dtype, causal, None, DEVICE, rising=True, tma=tma)
+    if DEVICE == "cuda":
+        for d in (64, 128):
+            _check(rng, 2, 2, 300, d, torch.bfloat16, causal, [300, 129], DEVICE, tma=tma)
+
+
 def test_tensor_descriptors_only_where_they_can_work():
     """TMA needs 16-byte aligned bases: a view that starts one element in takes the pointer path, and
     gives the right answer; float32 takes the pointer path too."""

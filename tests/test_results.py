@@ -733,7 +733,7 @@ def _attention_sweep():
             key = (int(m[1]), int(m[2]))
             continue
         m = re.match(r"\s+(full|causal)\s+tma (\d) qo (\d) BLOCK_M\s+(\d+) BLOCK_N\s+(\d+) warps (\d+) stages \d "
-                     r"heavy_first (\d) group\s+(\d+) fold (\d)\s+([\d.]+) ms", line)
+                     r"runs \d heavy_first (\d) group\s+(\d+) fold (\d)\s+([\d.]+) ms", line)
         if m:
             tma, qo, bm, bn, warps, heavy, group, fold = (int(g) for g in m.groups()[1:9])
             out[(*key, m[1], tma, qo, bm, bn, warps, heavy, fold, group)] = float(m[10])
