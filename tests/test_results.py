@@ -721,9 +721,10 @@ def test_notebook_08_reading_of_the_cross_entropy_dram_bytes_holds():
 
 def _attention_sweep():
     """results/nvidia-h200/sweeps_attention.txt as
-    {(head_dim, S, mode, tma, qo, BLOCK_M, BLOCK_N, warps, heavy, fold, group): ms} (tma: key and value
-    tiles through descriptors; qo: query and output tiles too; group: the heads a causal launch orders
-    longest-first together, 0 where nothing is reordered)."""
+    {(head_dim, S, mode, tma, qo, BLOCK_M, BLOCK_N, warps, runs, heavy, fold, group): ms} (tma: key and
+    value tiles through descriptors; qo: query and output tiles too; runs: the key tiles walked in one
+    pipelined run or two; group: the heads a causal launch orders longest-first together, 0 where
+    nothing is reordered)."""
     import re
 
     out, key = {}, None
@@ -733,10 +734,10 @@ def _attention_sweep():
             key = (int(m[1]), int(m[2]))
             continue
         m = re.match(r"\s+(full|causal)\s+tma (\d) qo (\d) BLOCK_M\s+(\d+) BLOCK_N\s+(\d+) warps (\d+) stages \d "
-                     r"runs \d heavy_first (\d) group\s+(\d+) fold (\d)\s+([\d.]+) ms", line)
+                     r"runs (\d) heavy_first (\d) group\s+(\d+) fold (\d)\s+([\d.]+) ms", line)
         if m:
-            tma, qo, bm, bn, warps, heavy, group, fold = (int(g) for g in m.groups()[1:9])
-            out[(*key, m[1], tma, qo, bm, bn, warps, heavy, fold, group)] = float(m[10])
+            tma, qo, bm, bn, warps, runs, heavy, group, fold = (int(g) for g in m.groups()[1:10])
+            out[(*key, m[1], tma, qo, bm, bn, warps, runs, heavy, fold, group)] = float(m[11])
     return out
 
 
