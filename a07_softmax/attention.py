@@ -71,14 +71,14 @@ class Tiles(NamedTuple):
 
 # (largest head dim, tiles): the first row whose limit covers d, per mode, for 16-bit data on GPUs
 # with TMA. Measured on the H200 in bf16 (bench/sweeps/attention_configs.py ->
-# results/nvidia-h200/sweeps_attention.txt). Head dim 128 runs fastest on square 128 x 128 tiles
-# (one masked tile on a causal diagonal instead of two), its key and value tiles through descriptors.
-# Causal programs walk half the key tiles on average, so their fixed costs (the query tile in, the
-# output out) weigh twice as much: at head dim 128 those go through descriptors too; at head dim 64
-# the causal tiles ran faster through pointers than through descriptors.
+# results/nvidia-h200/sweeps_attention.txt; docs/performance.md reads it). Head dim 128 runs fastest
+# on square 128 x 128 tiles (one masked tile on a causal diagonal instead of two), every tile through
+# descriptors: the query tile in and the output tile out are a program's fixed costs, and a causal
+# program, which walks half the key tiles of a full one on average, pays them twice as often. At head
+# dim 64 the causal tiles ran faster through pointers than through descriptors.
 TMA_TILES = {
     "full": ((64, Tiles(128, 64, 8, 3, kv_descriptors=True)),
-             (128, Tiles(128, 128, 8, 3, kv_descriptors=True))),
+             (128, Tiles(128, 128, 8, 3, kv_descriptors=True, qo_descriptors=True))),
     "causal": ((64, Tiles(128, 64, 8, 3)),
                (128, Tiles(128, 128, 8, 3, kv_descriptors=True, qo_descriptors=True))),
 }

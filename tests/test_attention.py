@@ -78,14 +78,16 @@ def test_against_float64_in_the_interpreter_or_on_the_gpu(rng, dtype, s, causal,
 
 
 @pytest.mark.parametrize("one_loop", [False, True], ids=["two-pipelines", "one-pipeline"])
+@pytest.mark.parametrize("qo", [False, True], ids=["kv-descriptors", "qkvo-descriptors"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("tma", [None, False], ids=["chosen-path", "pointers"])
-def test_both_walks_over_the_key_tiles(rng, monkeypatch, one_loop, causal, tma):
+def test_both_walks_over_the_key_tiles(rng, monkeypatch, one_loop, qo, causal, tma):
     """The key tiles in two runs (unmasked, then masked) or in one run that masks from the diagonal
-    on (Tiles.one_loop): the same answer, with key padding (garbage past kv_len, a length of 0), tails
-    past a tile and rising scores; on a GPU also at the launch table's own tile sizes."""
-    table = {mode: tuple((limit, t._replace(one_loop=one_loop)) for limit, t in rows)
-             for mode, rows in A.TMA_TILES.items()}
+    on (Tiles.one_loop), with the query and output tiles through descriptors or pointers: the same
+    answer, with key padding (garbage past kv_len, a length of 0), tails past a tile and rising
+    scores; on a GPU also at the launch table's own tile sizes."""
+    table = {mode: tuple((limit, t._replace(one_loop=one_loop, qo_descriptors=qo and t.kv_descriptors))
+                         for limit, t in rows) for mode, rows in A.TMA_TILES.items()}
     monkeypatch.setattr(A, "TMA_TILES", table)
     for dtype in (torch.float32, torch.bfloat16):
         for s in (17, 64):
