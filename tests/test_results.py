@@ -741,12 +741,24 @@ def _attention_sweep():
     return out
 
 
+def _gains(pairs, ahead="faster", behind="slower"):
+    """'X-Y % faster' / 'X-Y % slower' / 'from -X to +Y %' for the gains (per cent) of the second
+    of each (time, time) pair over the first: how docs/performance.md words a comparison over several
+    points. With ahead="slower", behind="faster" the words are about the first."""
+    v = [100 * (first / second - 1) for first, second in pairs]
+    if min(v) > 0:
+        return f"{min(v):.1f}-{max(v):.1f} % {ahead}"
+    if max(v) < 0:
+        return f"{-max(v):.1f}-{-min(v):.1f} % {behind}"
+    return f"from {min(v):+.1f} to {max(v):+.1f} %"
+
+
 def test_docs_performance_quotes_the_attention_sweep():
-    """docs/performance.md's reasons for Lab 4's launch (TMA and tiles, the group of heads a causal
-    launch orders longest first, the fold left out), recomputed from the committed sweep; the
-    committed launch (attention.pick_tiles with tensor descriptors, the fold off) is the one the sweep
-    found fastest for full attention at every head dim and S, and its head group within 2 % of the
-    fastest group tried."""
+    """docs/performance.md's reasons for Lab 4's launch (descriptors and tiles per mode, the walk over
+    the key tiles, the group of heads a causal launch orders longest first, the fold left out),
+    recomputed from the committed sweep. The committed launch of each mode (attention.pick_tiles with
+    tensor descriptors allowed, the fold off) is within 1 % of the fastest launch the sweep tried in
+    that mode at every head dim and S, and its head group within 2 % of the fastest group tried."""
     from a07_softmax.attention import FOLD_SCALE, head_group, pick_tiles
     from a07_softmax.paths import ROOT
 
@@ -754,55 +766,78 @@ def test_docs_performance_quotes_the_attention_sweep():
     ms = _attention_sweep()
     shapes = sorted({k[:2] for k in ms})
     assert len(shapes) == 6
-    tiles = {d: pick_tiles(d, True)[:3] for d in (64, 128)}        # (BLOCK_M, BLOCK_N, warps)
-    fold = int(FOLD_SCALE)
-    assert fold == 0, "the docs say why the fold is off"
+    assert not FOLD_SCALE, "the docs say why the fold is off"
+
+    def launch(d, causal):   # the committed launch as the sweep names it: tma, qo, tiles, warps, runs
+        t = pick_tiles(d, True, causal)
+        return int(t.kv_descriptors), int(t.qo_descriptors), t.block_m, t.block_n, t.num_warps, 1 if t.one_loop else 2
 
     def group(d, s):
         return head_group(16384 // s * (2048 // d), s, d, 2)
 
-    def key(d, s, mode, tma=1, heavy=0, fold=fold, grp=0):
-        return (d, s, mode, tma, *tiles[d], heavy, fold, grp)
+    def key(d, s, causal, cfg=None, fold=0, grp=None, heavy=None):
+        heavy = int(causal) if heavy is None else heavy
+        grp = (group(d, s) if heavy else 0) if grp is None else grp
+        return (d, s, "causal" if causal else "full", *(cfg or launch(d, causal)), heavy, fold, grp)
 
-    def gain(slow, fast):
-        return 100 * (ms[slow] / ms[fast] - 1)
+    def swap(cfg, **change):  # a launch with some fields changed
+        names = ("tma", "qo", "bm", "bn", "warps", "runs")
+        return tuple(change.get(n, v) for n, v in zip(names, cfg))
 
-    def span(v):
-        return f"{min(v):.0f}-{max(v):.0f}"
     for d, s in shapes:
-        full = {k: v for k, v in ms.items() if k[:3] == (d, s, "full") and k[8] == fold}
-        assert min(full, key=full.get) == key(d, s, "full"), f"d {d} S {s}: the committed launch is not the fastest"
-        groups = {k[9]: v for k, v in ms.items() if k[:3] == (d, s, "causal") and k[3:9] == (1, *tiles[d], 1, 1)}
+        for causal in (False, True):
+            mode = "causal" if causal else "full"
+            # key: (d, S, mode, tma, qo, BLOCK_M, BLOCK_N, warps, runs, heavy, fold, group)
+            rows = {k: v for k, v in ms.items() if k[:3] == (d, s, mode) and k[10] == 0
+                    and k[9] == int(causal) and (not causal or k[11] == group(d, s))}
+            assert key(d, s, causal) in rows, f"d {d} S {s} {mode}: the committed launch was not measured"
+            assert rows[key(d, s, causal)] <= 1.01 * min(rows.values()), \
+                f"d {d} S {s} {mode}: the committed launch is not within 1 % of the fastest: {min(rows, key=rows.get)}"
+        cfg = launch(d, True)
+        groups = {k[11]: v for k, v in ms.items() if k[:3] == (d, s, "causal") and k[3:9] == cfg and k[9] == 1
+                  and k[10] == 1}
         assert len(groups) >= 4 and group(d, s) in groups
         assert groups[group(d, s)] <= 1.02 * min(groups.values()), f"d {d} S {s}: the head group is not near the best"
-    tma = {d: [gain(key(d, s, "full", tma=0), key(d, s, "full")) for dd, s in shapes if dd == d] for d in (64, 128)}
-    assert f"Tensor descriptors are worth {span(tma[64])} % at head dim 64 and {span(tma[128])} % at head dim 128" in doc
-    # the doc's one exception to the tensor descriptors: causal launches at head dim 64, either way
-    pointers = [gain(key(64, s, "causal", heavy=1, grp=group(64, s)), key(64, s, "causal", tma=0, heavy=1, grp=group(64, s)))
-                for dd, s in shapes if dd == 64]
-    if min(pointers) > 0:
-        assert f"the same tiles through pointers ran {span(pointers)} % faster at every S of this sweep" in doc
-    else:
-        assert "Causal launches at head dim 64 are the exception" not in doc
-    alone = [gain(key(d, s, "causal", heavy=1, fold=1, grp=1), key(d, s, "causal", heavy=1, fold=1, grp=group(d, s)))
-             for d, s in shapes]
-    whole = [gain(key(d, s, "causal", heavy=1, fold=1, grp=16384 // s * (2048 // d)),
-                  key(d, s, "causal", heavy=1, fold=1, grp=group(d, s))) for d, s in shapes]
-    unordered = [gain(key(d, s, "causal"), key(d, s, "causal", heavy=1, grp=group(d, s))) for d, s in shapes]
-    assert min(alone) > 0 and min(whole) > 0 and min(unordered) > 0
-    assert f"Each head alone, longest first, is {span(alone)} % slower; the whole grid ordered at once, " \
-           f"{span(whole)} % slower" in doc and f"no reordering, {span(unordered)} % slower" in doc
-    folded_full = [gain(key(d, s, "full"), key(d, s, "full", fold=1)) for d, s in shapes]
-    folded_causal = [gain(key(d, s, "causal", heavy=1, grp=group(d, s)),
-                          key(d, s, "causal", heavy=1, fold=1, grp=group(d, s))) for d, s in shapes]
-    assert f"would be {span(folded_full)} % faster for full attention and {span(folded_causal)} % for causal" in doc
-    # S = 4096: whether any tried launch pair reaches the issue's 1.8 at each head dim, as the docs say
-    # (the fold's rows are left out: it is rejected for correctness, so it is no launch to use)
-    best = {d: min(v for k, v in ms.items() if k[:3] == (d, 4096, "full") and k[8] == 0)
-            / min(v for k, v in ms.items() if k[:3] == (d, 4096, "causal") and k[8] == 0) for d in (64, 128)}
-    assert best[128] < 1.8, "some tried launch pair reaches 1.8 at head dim 128, S = 4096: use it"
-    committed = {d: ms[key(d, 4096, "full")] / ms[key(d, 4096, "causal", heavy=1, grp=group(d, 4096))]
-                 for d in (64, 128)}
+
+    def at(d, causal, cfg=None, **kw):
+        return [ms[key(dd, s, causal, cfg, **kw)] for dd, s in shapes if dd == d]
+
+    def pairs(slow, fast):
+        return list(zip(slow, fast))
+    full64, full128 = launch(64, False), launch(128, False)
+    # key and value tiles through descriptors against pointers, the committed full tiles
+    kv = {d: _gains(pairs(at(d, False, swap(c, tma=0, qo=0)), at(d, False, swap(c, qo=0))))
+          for d, c in ((64, full64), (128, full128))}
+    assert f"Descriptors for the key and value tiles: {kv[64]} at head dim 64 and {kv[128]} at head dim 128" in doc
+    # the query and output tiles through descriptors too, head dim 128 (128 x 128 tiles, two runs)
+    base = (1, 0, 128, 128, 8, 2)
+    qo = {causal: _gains(pairs(at(128, causal, base), at(128, causal, swap(base, qo=1)))) for causal in (False, True)}
+    assert f"for the query and output tiles too, at head dim 128: {qo[False]} for full attention and " \
+           f"{qo[True]} for causal" in doc
+    # causal at head dim 64: the committed launch against the same tiles the other way
+    c64 = launch(64, True)
+    other = swap(c64, tma=1 - c64[0], qo=0)
+    word = "pointers" if c64[0] == 0 else "descriptors"
+    assert f"Causal launches at head dim 64 take {word}: {_gains(pairs(at(64, True, other), at(64, True)))} " \
+           "than the same tiles the other way" in doc
+    # the walk: the committed causal launches against their other walk
+    walk = {d: _gains(pairs(at(d, True, swap(launch(d, True), runs=3 - launch(d, True)[5])), at(d, True)))
+            for d in (64, 128)}
+    runs = {launch(d, True)[5] for d in (64, 128)}
+    assert len(runs) == 1, "the docs describe one walk for causal launches"
+    assert f"Causal launches walk their key tiles in {'one run' if runs == {1} else 'two runs'}: " \
+           f"{walk[64]} at head dim 64 and {walk[128]} at head dim 128 than in " \
+           f"{'two' if runs == {1} else 'one'}" in doc
+    best = [ms[key(d, s, True, fold=1)] for d, s in shapes]       # the group rows run with the fold on
+    alone = pairs([ms[key(d, s, True, fold=1, grp=1)] for d, s in shapes], best)
+    whole = pairs([ms[key(d, s, True, fold=1, grp=16384 // s * (2048 // d))] for d, s in shapes], best)
+    unordered = pairs([ms[key(d, s, True, heavy=0)] for d, s in shapes], [ms[key(d, s, True)] for d, s in shapes])
+    assert f"Each head alone, longest first, is {_gains(alone, 'slower', 'faster')}; the whole grid ordered at " \
+           f"once, {_gains(whole, 'slower', 'faster')}; no reordering, {_gains(unordered, 'slower', 'faster')}" in doc
+    folded_full = pairs([ms[key(d, s, False)] for d, s in shapes], [ms[key(d, s, False, fold=1)] for d, s in shapes])
+    folded_causal = pairs([ms[key(d, s, True)] for d, s in shapes], best)
+    assert f"would be {_gains(folded_full)} for full attention and {_gains(folded_causal)} for causal" in doc
+    committed = {d: ms[key(d, 4096, False)] / ms[key(d, 4096, True)] for d in (64, 128)}
     assert f"the sweep's run of the same launches (below) measured {committed[64]:.3f} and {committed[128]:.3f}" in doc
 
 
