@@ -65,22 +65,17 @@ class Tiles(NamedTuple):
     num_warps: int
     num_stages: int   # tiles of K and V in flight
     kv_descriptors: bool = False  # K and V tiles through tensor descriptors (TMA), where _use_tma allows
-    qo_descriptors: bool = False  # the Q tile and the O tile too
-    one_loop: bool = False        # one software pipeline over all key tiles, the masked ones tested inside
 
 
 # (largest head dim, tiles): the first row whose limit covers d, per mode, for 16-bit data on GPUs
 # with TMA. Measured on the H200 in bf16 (bench/sweeps/attention_configs.py ->
 # results/nvidia-h200/sweeps_attention.txt; docs/performance.md reads it). Head dim 128 runs fastest
-# on square 128 x 128 tiles (one masked tile on a causal diagonal instead of two), every tile through
-# descriptors: the query tile in and the output tile out are a program's fixed costs, and a causal
-# program, which walks half the key tiles of a full one on average, pays them twice as often. At head
-# dim 64 the causal tiles ran faster through pointers than through descriptors.
+# on square 128 x 128 tiles (one masked tile on a causal diagonal instead of two). Key and value
+# tiles go through descriptors, except in causal launches at head dim 64, which ran faster through
+# pointers.
 TMA_TILES = {
-    "full": ((64, Tiles(128, 64, 8, 3, kv_descriptors=True)),
-             (128, Tiles(128, 128, 8, 3, kv_descriptors=True, qo_descriptors=True))),
-    "causal": ((64, Tiles(128, 64, 8, 3)),
-               (128, Tiles(128, 128, 8, 3, kv_descriptors=True, qo_descriptors=True))),
+    "full": ((64, Tiles(128, 64, 8, 3, kv_descriptors=True)), (128, Tiles(128, 128, 8, 3, kv_descriptors=True))),
+    "causal": ((64, Tiles(128, 64, 8, 3)), (128, Tiles(128, 128, 8, 3, kv_descriptors=True))),
 }
 TMA_MIN_HEAD_DIM = 64
 # float32, and GPUs without TMA: 128 x 64 ran as fast as 128 x 128 there
@@ -121,16 +116,16 @@ FOLD_SCALE = False
 MAX_ABS_SCALE = float(np.finfo(np.float32).max) / math.log2(math.e)
 
 
-def _use_tma(q, k, v, interp: bool, out=None) -> bool:
-    """Tensor descriptors: 16-bit data (float32 tiles of 128 x 128 would not fit in shared memory)
-    whose base addresses meet TMA's 16-byte alignment, on an NVIDIA GPU of compute capability 9 or
-    more at the head dims measured with it (TMA_TILES), or in the interpreter at any head dim (it
-    reads descriptors too: the CPU tests cover both paths, fp32 the pointer one). Below head dim 64
-    the GPU keeps pointers: with Triton 3.6 ptxas crashed compiling the descriptor kernel at head
-    dim 16 (fp16, H200)."""
+def _use_tma(q, k, v, interp: bool) -> bool:
+    """Tensor descriptors for the K and V tiles: 16-bit data (float32 tiles of 128 x 128 would not fit
+    in shared memory) whose base addresses meet TMA's 16-byte alignment, on an NVIDIA GPU of compute
+    capability 9 or more at the head dims measured with it (TMA_TILES), or in the interpreter at any
+    head dim (it reads descriptors too: the CPU tests cover both paths, fp32 the pointer one). Below
+    head dim 64 the GPU keeps pointers: with Triton 3.6 ptxas crashed compiling the descriptor
+    kernel at head dim 16 (fp16, H200)."""
     import torch
 
-    if q.element_size() != 2 or any(t.data_ptr() % 16 for t in (q, k, v, q if out is None else out)):
+    if q.element_size() != 2 or any(t.data_ptr() % 16 for t in (k, v)):
         return False
     if interp:
         return True
@@ -151,20 +146,18 @@ def _launch(q, k, v, out, kv_len, scale, causal, block_m, block_n, tiles, interp
 
     def descriptor(t, rows):
         """(B*H, S, D) view of t, blocks of `rows` rows of one head: a block never crosses into the
-        next head, and rows past S read as zeros (stores there are dropped)."""
+        next head, and rows past S read as zeros."""
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         return TensorDescriptor(t.view(b * h, s, d), [b * h, s, d], [s * d, d, 1], [1, rows, d])
 
     kd, vd = (descriptor(t, block_n) for t in (k, v)) if tiles.kv_descriptors else (k, v)
-    qd, od = (descriptor(t, block_m) for t in (q, out)) if tiles.qo_descriptors else (q, out)
     group = int(heads_per_group or head_group(b * h, s, d, q.element_size()))
-    _KERNEL[0][grid](q, k, v, out, qd, kd, vd, od, kv_len if kv_len is not None else q, s, scale, h,
-                     min(group, b * h), q.stride(0), q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=block_m,
-                     BLOCK_N=block_n, CAUSAL=causal, HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
+    _KERNEL[0][grid](q, k, v, out, kd, vd, kv_len if kv_len is not None else q, s, scale, h, min(group, b * h),
+                     q.stride(0), q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
+                     CAUSAL=causal, HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
                      UPCAST=interp and q.dtype == torch.bfloat16, HEAVY_FIRST=causal,
-                     FOLD=FOLD_SCALE and scale > 0, TMA=tiles.kv_descriptors, QO_TMA=tiles.qo_descriptors,
-                     ONE_LOOP=tiles.one_loop,
+                     FOLD=FOLD_SCALE and scale > 0, TMA=tiles.kv_descriptors,
                      **({} if interp else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}))
 
 
@@ -180,8 +173,8 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
     bfloat16) on one device, D in HEAD_DIMS; fp32 statistics. kv_len: int32 (B,) valid keys per batch
     entry (key padding), each in [0, S]. Rows with no visible key are zeros. |scale| at most
     MAX_ABS_SCALE. block_m, block_n, tma, heads_per_group: override the launch choice (tests;
-    tma=None: tensor descriptors where _use_tma allows and the launch table takes them, True: every
-    tile through descriptors, False: none; heads_per_group=None: head_group())."""
+    tma=None: tensor descriptors for the key and value tiles where _use_tma allows and the launch table
+    takes them, True: always, False: never; heads_per_group=None: head_group())."""
     import torch
     import triton
 
@@ -224,15 +217,13 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
         # block of out: out may be q itself, but a write into k, v or another block of q would be read
         raise ValueError("out overlaps k or v (or part of q): pass out=q to write over q, or a separate tensor")
     interp = not q.is_cuda
-    allowed = _use_tma(q, k, v, interp, out) if tma is None else bool(tma)
-    if interp:   # small tiles; descriptors and loops as the GPU's head dim 128 takes them
-        tiles = pick_tiles(128, True, bool(causal))._replace(block_m=16, block_n=16, num_warps=4, num_stages=1)
-        tiles = tiles._replace(kv_descriptors=tiles.kv_descriptors and allowed,
-                               qo_descriptors=tiles.qo_descriptors and allowed)
+    allowed = _use_tma(q, k, v, interp) if tma is None else bool(tma)
+    if interp:   # small tiles, descriptors wherever the data allows them (the CPU tests cover both paths)
+        tiles = Tiles(16, 16, 4, 1, kv_descriptors=allowed)
     else:
         tiles = pick_tiles(d, allowed, bool(causal))
-    if tma:      # forced: every tile (the tests' way to reach each path)
-        tiles = tiles._replace(kv_descriptors=True, qo_descriptors=True)
+    if tma:      # forced (the tests' way to reach each path)
+        tiles = tiles._replace(kv_descriptors=True)
     for name, given in (("block_m", block_m), ("block_n", block_n)):
         # tl.arange needs a power of two, tl.dot 16 rows at least; 0 is an error, not the default
         if given is not None and (int(given) != given or given < 16 or given & (given - 1)):

@@ -55,13 +55,6 @@ def _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, 
         if CAUSAL:
             keep = keep & (cols[None, :] <= offs_m[:, None])
         s = tl.where(keep, s, -float("inf"))
-    return _fold_in(s, v, m_i, l_i, acc, qk_scale, IEEE, FOLD)
-
-
-@triton.jit
-def _fold_in(s, v, m_i, l_i, acc, qk_scale, IEEE: tl.constexpr, FOLD: tl.constexpr):
-    """One tile's scores s (log2 units; raw products under FOLD) and values v folded into the running
-    (m, l, o) of its query rows: the combine() of notebook 03 with a weighted numerator."""
     if FOLD:
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
     else:
@@ -85,63 +78,28 @@ def _fold_in(s, v, m_i, l_i, acc, qk_scale, IEEE: tl.constexpr, FOLD: tl.constex
 @triton.jit
 def _walk(q, K, V, KD, VD, bh, base, stride_s, full, hi, offs_m, offs_n, offs_d, n_keys, qk_scale,
           CAUSAL: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr,
-          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, ONE_LOOP: tl.constexpr,
-          HAS_KV_LEN: tl.constexpr):
-    """The key tiles of one query tile: [0, full) wholly visible, unmasked; [full, hi) the diagonal
-    tile (causal) and the tail past n_keys, masked element by element. Returns the final (m, l, o) of
-    the online recurrence, from the empty state (m = -inf, l = 0, o = 0).
-    Two runs, each its own software pipeline, or (ONE_LOOP) one run whose tiles from `full` on take
-    the mask: a pipeline starts cold (its first tiles' loads wait their whole latency), and two runs
-    start two. A causal program walks half the tiles of a full one on average, so the second start
-    weighs twice as much there."""
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The key tiles of one query tile, in two runs: [0, full) wholly visible, unmasked; [full, hi)
+    the diagonal tile (causal) and the tail past n_keys, masked element by element. Returns the
+    final (m, l, o) of the online recurrence, from the empty state (m = -inf, l = 0, o = 0)."""
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    if ONE_LOOP:
-        for start in tl.range(0, hi, BLOCK_N):
-            cols = start + offs_n
-            if TMA:   # rows past S read as zeros
-                k = KD.load([bh, start, 0]).reshape(BLOCK_N, HEAD_DIM)
-                v = VD.load([bh, start, 0]).reshape(BLOCK_N, HEAD_DIM)
-                if HAS_KV_LEN:   # key padding is real memory: its values must not reach p V as NaN
-                    v = tl.where(cols[:, None] < n_keys, v, 0.0)
-            else:
-                kv_mask = cols[:, None] < n_keys
-                k = tl.load(K + base + cols[:, None] * stride_s + offs_d[None, :], mask=kv_mask, other=0.0)
-                v = tl.load(V + base + cols[:, None] * stride_s + offs_d[None, :], mask=kv_mask, other=0.0)
-            if UPCAST:
-                k = k.to(tl.float32)
-                v = v.to(tl.float32)
-            s = _mm(q, tl.trans(k), IEEE)
-            if not FOLD:
-                s = s * qk_scale
-            if start >= full:
-                keep = cols[None, :] < n_keys
-                if CAUSAL:
-                    keep = keep & (cols[None, :] <= offs_m[:, None])
-                s = tl.where(keep, s, -float("inf"))
-            m_i, l_i, acc = _fold_in(s, v, m_i, l_i, acc, qk_scale, IEEE, FOLD)
-    else:
-        for start in tl.range(0, full, BLOCK_N):
-            m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i,
-                                    l_i, acc, qk_scale, False, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
-        for start in tl.range(full, hi, BLOCK_N):
-            m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i,
-                                    l_i, acc, qk_scale, True, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
+    for start in tl.range(0, full, BLOCK_N):
+        m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
+                                m_i, l_i, acc, qk_scale, False, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
+    for start in tl.range(full, hi, BLOCK_N):
+        m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
+                                m_i, l_i, acc, qk_scale, True, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
     return m_i, l_i, acc
 
 
 @triton.jit
-def attention_fwd_kernel(Q, K, V, O, QD, KD, VD, OD, KV_LEN, seq, sm_scale, heads, head_group,
+def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads, head_group,
                          stride_b, stride_h, stride_s,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr, HAS_KV_LEN: tl.constexpr, IEEE: tl.constexpr,
-                         UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr,
-                         QO_TMA: tl.constexpr, ONE_LOOP: tl.constexpr = False):
-    # QO_TMA: the query tile is loaded and the output tile stored through tensor descriptors too (QD,
-    # OD: (B*H, S, D) views, blocks of BLOCK_M rows), one bulk copy each instead of an address per
-    # element; rows past S read as zeros and are not stored. A program's fixed costs (its query tile
-    # in, its output out) weigh most where it walks few key tiles: causal tiles near the top.
+                         UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr):
     # HEAVY_FIRST (causal): programs start in launch order (axis 0 fastest), and a causal tile's work
     # grows with its row index. Launched as they come, the grid would end on a head's longest tiles
     # and leave SMs idle behind them. So the launch order is renumbered: within a group of
@@ -167,10 +125,7 @@ def attention_fwd_kernel(Q, K, V, O, QD, KD, VD, OD, KV_LEN, seq, sm_scale, head
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    if QO_TMA:
-        q = QD.load([bh, pid_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
-    else:
-        q = tl.load(Q + base + offs_m[:, None] * stride_s + offs_d[None, :], mask=offs_m[:, None] < seq, other=0.0)
+    q = tl.load(Q + base + offs_m[:, None] * stride_s + offs_d[None, :], mask=offs_m[:, None] < seq, other=0.0)
     if UPCAST:  # the interpreter's tl.dot mishandles bfloat16: compute in float32 there
         q = q.to(tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # log2(e): exp(x) = exp2(x log2(e))
@@ -187,10 +142,7 @@ def attention_fwd_kernel(Q, K, V, O, QD, KD, VD, OD, KV_LEN, seq, sm_scale, head
         full = tl.minimum(full, pid_m * BLOCK_M)
         hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
     m_i, l_i, acc = _walk(q, K, V, KD, VD, bh, base, stride_s, full, hi, offs_m, offs_n, offs_d, n_keys, qk_scale,
-                          CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_M, BLOCK_N, HEAD_DIM, ONE_LOOP, HAS_KV_LEN)
+                          CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_M, BLOCK_N, HEAD_DIM)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]          # no visible key: zeros
-    if QO_TMA:
-        OD.store([bh, pid_m * BLOCK_M, 0], out.to(O.dtype.element_ty).reshape(1, BLOCK_M, HEAD_DIM))
-    else:
-        tl.store(O + base + offs_m[:, None] * stride_s + offs_d[None, :], out.to(O.dtype.element_ty),
-                 mask=offs_m[:, None] < seq)
+    tl.store(O + base + offs_m[:, None] * stride_s + offs_d[None, :], out.to(O.dtype.element_ty),
+             mask=offs_m[:, None] < seq)

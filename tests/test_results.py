@@ -721,10 +721,8 @@ def test_notebook_08_reading_of_the_cross_entropy_dram_bytes_holds():
 
 def _attention_sweep():
     """results/nvidia-h200/sweeps_attention.txt as
-    {(head_dim, S, mode, tma, qo, BLOCK_M, BLOCK_N, warps, runs, heavy, fold, group): ms} (tma: key and
-    value tiles through descriptors; qo: query and output tiles too; runs: the key tiles walked in one
-    pipelined run or two; group: the heads a causal launch orders longest-first together, 0 where
-    nothing is reordered)."""
+    {(head_dim, S, mode, tma, BLOCK_M, BLOCK_N, warps, heavy, fold, group): ms} (group: the heads a
+    causal launch orders longest-first together, 0 where nothing is reordered)."""
     import re
 
     out, key = {}, None
@@ -733,11 +731,11 @@ def _attention_sweep():
         if m:
             key = (int(m[1]), int(m[2]))
             continue
-        m = re.match(r"\s+(full|causal)\s+tma (\d) qo (\d) BLOCK_M\s+(\d+) BLOCK_N\s+(\d+) warps (\d+) stages \d "
-                     r"runs (\d) heavy_first (\d) group\s+(\d+) fold (\d)\s+([\d.]+) ms", line)
+        m = re.match(r"\s+(full|causal)\s+tma (\d) BLOCK_M\s+(\d+) BLOCK_N\s+(\d+) warps (\d+) stages \d "
+                     r"heavy_first (\d) group\s+(\d+) fold (\d)\s+([\d.]+) ms", line)
         if m:
-            tma, qo, bm, bn, warps, runs, heavy, group, fold = (int(g) for g in m.groups()[1:10])
-            out[(*key, m[1], tma, qo, bm, bn, warps, runs, heavy, fold, group)] = float(m[11])
+            tma, bm, bn, warps, heavy, group, fold = (int(g) for g in m.groups()[1:8])
+            out[(*key, m[1], tma, bm, bn, warps, heavy, fold, group)] = float(m[9])
     return out
 
 
@@ -745,7 +743,7 @@ def _gains(pairs, ahead="faster", behind="slower"):
     """'X-Y % faster' / 'X-Y % slower' / 'from -X to +Y %' for the gains (per cent) of the second
     of each (time, time) pair over the first: how docs/performance.md words a comparison over several
     points. With ahead="slower", behind="faster" the words are about the first."""
-    v = [100 * (first / second - 1) for first, second in pairs]
+    v = [100 * (first / second - 1) for first, second in list(pairs)]
     if min(v) > 0:
         return f"{min(v):.1f}-{max(v):.1f} % {ahead}"
     if max(v) < 0:
@@ -754,23 +752,23 @@ def _gains(pairs, ahead="faster", behind="slower"):
 
 
 def test_docs_performance_quotes_the_attention_sweep():
-    """docs/performance.md's reasons for Lab 4's launch (descriptors and tiles per mode, the walk over
-    the key tiles, the group of heads a causal launch orders longest first, the fold left out),
-    recomputed from the committed sweep. The committed launch of each mode (attention.pick_tiles with
-    tensor descriptors allowed, the fold off) is within 1 % of the fastest launch the sweep tried in
-    that mode at every head dim and S, and its head group within 2 % of the fastest group tried."""
+    """docs/performance.md's reasons for Lab 4's launch (descriptors and tiles per mode, the group of
+    heads a causal launch orders longest first, the fold left out), recomputed from the committed
+    sweep. The committed launch of each mode (attention.pick_tiles with tensor descriptors allowed,
+    the fold off) is within 1 % of the fastest launch the sweep tried in that mode at every head dim
+    and S, and its head group within 2 % of the fastest group tried."""
     from a07_softmax.attention import FOLD_SCALE, head_group, pick_tiles
     from a07_softmax.paths import ROOT
 
     doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
-    ms = _attention_sweep()
+    ms = _attention_sweep()     # {(d, S, mode, tma, BLOCK_M, BLOCK_N, warps, heavy, fold, group): ms}
     shapes = sorted({k[:2] for k in ms})
     assert len(shapes) == 6
     assert not FOLD_SCALE, "the docs say why the fold is off"
 
-    def launch(d, causal):   # the committed launch as the sweep names it: tma, qo, tiles, warps, runs
+    def launch(d, causal):   # the committed launch as the sweep names it: tma, tiles, warps
         t = pick_tiles(d, True, causal)
-        return int(t.kv_descriptors), int(t.qo_descriptors), t.block_m, t.block_n, t.num_warps, 1 if t.one_loop else 2
+        return int(t.kv_descriptors), t.block_m, t.block_n, t.num_warps
 
     def group(d, s):
         return head_group(16384 // s * (2048 // d), s, d, 2)
@@ -780,62 +778,39 @@ def test_docs_performance_quotes_the_attention_sweep():
         grp = (group(d, s) if heavy else 0) if grp is None else grp
         return (d, s, "causal" if causal else "full", *(cfg or launch(d, causal)), heavy, fold, grp)
 
-    def swap(cfg, **change):  # a launch with some fields changed
-        names = ("tma", "qo", "bm", "bn", "warps", "runs")
-        return tuple(change.get(n, v) for n, v in zip(names, cfg))
-
     for d, s in shapes:
         for causal in (False, True):
             mode = "causal" if causal else "full"
-            # key: (d, S, mode, tma, qo, BLOCK_M, BLOCK_N, warps, runs, heavy, fold, group)
-            rows = {k: v for k, v in ms.items() if k[:3] == (d, s, mode) and k[10] == 0
-                    and k[9] == int(causal) and (not causal or k[11] == group(d, s))}
+            rows = {k: v for k, v in ms.items() if k[:3] == (d, s, mode) and k[8] == 0
+                    and k[7] == int(causal) and (not causal or k[9] == group(d, s))}
             assert key(d, s, causal) in rows, f"d {d} S {s} {mode}: the committed launch was not measured"
             assert rows[key(d, s, causal)] <= 1.01 * min(rows.values()), \
                 f"d {d} S {s} {mode}: the committed launch is not within 1 % of the fastest: {min(rows, key=rows.get)}"
-        cfg = launch(d, True)
-        groups = {k[11]: v for k, v in ms.items() if k[:3] == (d, s, "causal") and k[3:9] == cfg and k[9] == 1
-                  and k[10] == 1}
+        groups = {k[9]: v for k, v in ms.items() if k[:3] == (d, s, "causal") and k[3:7] == launch(d, True)
+                  and k[7] == 1 and k[8] == 1}
         assert len(groups) >= 4 and group(d, s) in groups
         assert groups[group(d, s)] <= 1.02 * min(groups.values()), f"d {d} S {s}: the head group is not near the best"
 
-    def at(d, causal, cfg=None, **kw):
-        return [ms[key(dd, s, causal, cfg, **kw)] for dd, s in shapes if dd == d]
-
-    def pairs(slow, fast):
-        return list(zip(slow, fast))
-    full64, full128 = launch(64, False), launch(128, False)
+    def at(d, causal, cfg=None):
+        return [ms[key(dd, s, causal, cfg)] for dd, s in shapes if dd == d]
     # key and value tiles through descriptors against pointers, the committed full tiles
-    kv = {d: _gains(pairs(at(d, False, swap(c, tma=0, qo=0)), at(d, False, swap(c, qo=0))))
-          for d, c in ((64, full64), (128, full128))}
-    assert f"Descriptors for the key and value tiles: {kv[64]} at head dim 64 and {kv[128]} at head dim 128" in doc
-    # the query and output tiles through descriptors too, head dim 128 (128 x 128 tiles, two runs)
-    base = (1, 0, 128, 128, 8, 2)
-    qo = {causal: _gains(pairs(at(128, causal, base), at(128, causal, swap(base, qo=1)))) for causal in (False, True)}
-    assert f"for the query and output tiles too, at head dim 128: {qo[False]} for full attention and " \
-           f"{qo[True]} for causal" in doc
-    # causal at head dim 64: the committed launch against the same tiles the other way
-    c64 = launch(64, True)
-    other = swap(c64, tma=1 - c64[0], qo=0)
-    word = "pointers" if c64[0] == 0 else "descriptors"
-    assert f"Causal launches at head dim 64 take {word}: {_gains(pairs(at(64, True, other), at(64, True)))} " \
-           "than the same tiles the other way" in doc
-    # the walk: the committed causal launches against their other walk
-    walk = {d: _gains(pairs(at(d, True, swap(launch(d, True), runs=3 - launch(d, True)[5])), at(d, True)))
-            for d in (64, 128)}
-    runs = {launch(d, True)[5] for d in (64, 128)}
-    assert len(runs) == 1, "the docs describe one walk for causal launches"
-    assert f"Causal launches walk their key tiles in {'one run' if runs == {1} else 'two runs'}: " \
-           f"{walk[64]} at head dim 64 and {walk[128]} at head dim 128 than in " \
-           f"{'two' if runs == {1} else 'one'}" in doc
+    kv = {d: _gains(zip(at(d, False, (0, *launch(d, False)[1:])), at(d, False))) for d in (64, 128)}
+    assert f"Tensor descriptors for the key and value tiles are {kv[64]} at head dim 64 and {kv[128]} at head " \
+           "dim 128 (full attention, against the same tiles through pointers)" in doc
+    # causal: the committed launch against the same tiles the other way
+    for d in (64, 128):
+        c = launch(d, True)
+        word = "pointers" if c[0] == 0 else "descriptors"
+        other = _gains(zip(at(d, True, (1 - c[0], *c[1:])), at(d, True)))
+        assert f"Causal launches at head dim {d} take {word}: {other} than the same tiles the other way" in doc
     best = [ms[key(d, s, True, fold=1)] for d, s in shapes]       # the group rows run with the fold on
-    alone = pairs([ms[key(d, s, True, fold=1, grp=1)] for d, s in shapes], best)
-    whole = pairs([ms[key(d, s, True, fold=1, grp=16384 // s * (2048 // d))] for d, s in shapes], best)
-    unordered = pairs([ms[key(d, s, True, heavy=0)] for d, s in shapes], [ms[key(d, s, True)] for d, s in shapes])
+    alone = zip([ms[key(d, s, True, fold=1, grp=1)] for d, s in shapes], best)
+    whole = zip([ms[key(d, s, True, fold=1, grp=16384 // s * (2048 // d))] for d, s in shapes], best)
+    unordered = zip([ms[key(d, s, True, heavy=0)] for d, s in shapes], [ms[key(d, s, True)] for d, s in shapes])
     assert f"Each head alone, longest first, is {_gains(alone, 'slower', 'faster')}; the whole grid ordered at " \
            f"once, {_gains(whole, 'slower', 'faster')}; no reordering, {_gains(unordered, 'slower', 'faster')}" in doc
-    folded_full = pairs([ms[key(d, s, False)] for d, s in shapes], [ms[key(d, s, False, fold=1)] for d, s in shapes])
-    folded_causal = pairs([ms[key(d, s, True)] for d, s in shapes], best)
+    folded_full = zip([ms[key(d, s, False)] for d, s in shapes], [ms[key(d, s, False, fold=1)] for d, s in shapes])
+    folded_causal = zip([ms[key(d, s, True)] for d, s in shapes], best)
     assert f"would be {_gains(folded_full)} for full attention and {_gains(folded_causal)} for causal" in doc
     committed = {d: ms[key(d, 4096, False)] / ms[key(d, 4096, True)] for d in (64, 128)}
     assert f"the sweep's run of the same launches (below) measured {committed[64]:.3f} and {committed[128]:.3f}" in doc

@@ -1,11 +1,10 @@
 """Repeat the measurement behind Lab 4's launch choices (a07_softmax.attention.flash_attention): key
-and value tiles through tensor descriptors (TMA) or pointers, the query and output tiles through
-descriptors or not, tile shape and warps, the heavy-first order of causal tiles and the group of heads
-it spans, and the positive scale folded into the exp. bf16, the benchmark's shapes (16384 tokens,
-2048 / head_dim heads), every configuration timed in interleaved rounds (medians of CUDA events) after
-its output is checked against float64 attention of the first head. Causal speedup = the committed
-full-attention launch's time / the causal row's time (the issue's ratio: what a user's causal call
-gains over a full one).
+and value tiles through tensor descriptors (TMA) or pointers, tile shape and warps, the heavy-first
+order of causal tiles and the group of heads it spans, and the positive scale folded into the exp.
+bf16, the benchmark's shapes (16384 tokens, 2048 / head_dim heads), every configuration timed in
+interleaved rounds (medians of CUDA events) after its output is checked against float64 attention of
+the first head. Causal speedup = the committed full-attention launch's time / the causal row's time
+(the issue's ratio: what a causal call gains over a full one).
 
   python bench/sweeps/attention_configs.py [--seqs 4096 8192] [--out FILE]
 """
@@ -20,17 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-# (K/V through descriptors, Q/O through descriptors, BLOCK_M, BLOCK_N, num_warps, num_stages), each
-# walking its key tiles in two pipelined runs (unmasked, then masked); the committed choice for a head
-# dim and mode is attention.pick_tiles(d, tma=True, causal=...), which is tried with the other walk
-# too (one run that masks from the diagonal on: Tiles.one_loop). The pointer rows are the float32
-# path's (and a GPU's without TMA).
-# Launches of 4 warps (128 x 64 and 64 x 64 tiles) ran 1-32 % slower than the fastest 8-warp launch
-# at every point of the H200 sweep run at commit 9068469 (results/nvidia-h200/sweeps_attention.txt
-# in git history) and are no longer tried.
-CONFIGS = ((True, False, 128, 64, 8, 3), (True, False, 128, 128, 8, 3), (True, True, 128, 64, 8, 3),
-           (True, True, 128, 128, 8, 3), (False, False, 128, 64, 8, 3), (False, False, 128, 128, 8, 3),
-           (False, True, 128, 64, 8, 3))
+# (TMA, BLOCK_M, BLOCK_N, num_warps, num_stages); the committed choice for a head dim and mode is
+# attention.pick_tiles(d, tma=True, causal=...), and the pointer rows are the float32 path's (and a
+# GPU's without TMA). Launches of 4 warps (128 x 64 and 64 x 64 tiles) ran 1-32 % slower than the
+# fastest 8-warp launch at every point of the H200 sweep run at commit 9068469
+# (results/nvidia-h200/sweeps_attention.txt in git history) and are no longer tried.
+CONFIGS = ((True, 128, 64, 8, 3), (True, 128, 128, 8, 3), (False, 128, 64, 8, 3), (False, 128, 128, 8, 3))
 # (HEAVY_FIRST for causal, FOLD), tried on the committed configuration: the committed choice first
 # (heavy-first on, the fold off: attention.FOLD_SCALE says why), then each switch flipped; the fold
 # row measures what correctness over the whole finite range costs
@@ -39,11 +33,6 @@ VARIANTS = ((True, False), (False, False), (True, True))
 # committed choice (used by every causal row but the group rows); the others are tried on the
 # committed configuration. 1: each head alone.
 GROUPS = ("auto", 1, 4, "half", "double", "all")
-
-
-def _config(t):
-    """A row of CONFIGS (plus its walk) from an attention.Tiles."""
-    return (t.kv_descriptors, t.qo_descriptors, *t[:4], t.one_loop)
 
 
 def main(argv=None) -> int:
@@ -74,7 +63,8 @@ def main(argv=None) -> int:
             q, k, v = (torch.randn(batch, heads, s, d, device="cuda", generator=g, dtype=torch.bfloat16)
                        for _ in range(3))
             out = torch.empty_like(q)
-            committed = {causal: _config(pick_tiles(d, True, causal)) for causal in (False, True)}
+            committed = {causal: (lambda t: (t.kv_descriptors, *t[:4]))(pick_tiles(d, True, causal))
+                         for causal in (False, True)}
             auto = head_group(batch * heads, s, d, 2)
             sizes = {"auto": auto, "half": max(1, auto // 2), "double": auto * 2, "all": batch * heads}
             groups = list(dict.fromkeys(min(sizes.get(g, g), batch * heads) for g in GROUPS))
@@ -85,8 +75,7 @@ def main(argv=None) -> int:
                 if causal:
                     s64.masked_fill_(torch.ones(s, s, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
                 refs[causal] = torch.softmax(s64, -1) @ v64
-                other_walk = (*committed[causal][:6], not committed[causal][6])
-                for cfg in dict.fromkeys((committed[causal], other_walk, *(c + (False,) for c in CONFIGS))):
+                for cfg in dict.fromkeys((committed[causal], *CONFIGS)):
                     mine = cfg == committed[causal]
                     tried = [(h, auto, f) for h, f in (VARIANTS if mine else VARIANTS[:1])]
                     if causal and mine:
@@ -94,21 +83,19 @@ def main(argv=None) -> int:
                     for heavy, group, fold in tried:
                         if heavy != VARIANTS[0][0] and not causal:
                             continue  # the order only matters when tiles differ in work
-                        tma, qo, bm, bn, warps, stages, one_loop = cfg
+                        tma, bm, bn, warps, stages = cfg
+                        kd, vd = k, v
+                        if tma:
+                            kd, vd = (TensorDescriptor(t.view(batch * heads, s, d), [batch * heads, s, d],
+                                                       [s * d, d, 1], [1, bn, d]) for t in (k, v))
 
-                        def described(t, rows):
-                            return TensorDescriptor(t.view(batch * heads, s, d), [batch * heads, s, d],
-                                                    [s * d, d, 1], [1, rows, d])
-                        kd, vd = (described(t, bn) for t in (k, v)) if tma else (k, v)
-                        qd, od = (described(t, bm) for t in (q, out)) if qo else (q, out)
-
-                        def fn(causal=causal, tma=tma, qo=qo, bm=bm, bn=bn, warps=warps, stages=stages, heavy=heavy,
-                               fold=fold, qd=qd, kd=kd, vd=vd, od=od, group=group, one_loop=one_loop):
+                        def fn(causal=causal, tma=tma, bm=bm, bn=bn, warps=warps, stages=stages, heavy=heavy,
+                               fold=fold, kd=kd, vd=vd, group=group):
                             attention_fwd_kernel[(triton.cdiv(s, bm), batch * heads)](
-                                q, k, v, out, qd, kd, vd, od, q, s, 1 / math.sqrt(d), heads, group, q.stride(0),
-                                q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal,
-                                HAS_KV_LEN=False, IEEE=False, UPCAST=False, HEAVY_FIRST=causal and heavy, FOLD=fold,
-                                TMA=tma, QO_TMA=qo, ONE_LOOP=one_loop, num_warps=warps, num_stages=stages)
+                                q, k, v, out, kd, vd, q, s, 1 / math.sqrt(d), heads, group, q.stride(0), q.stride(1),
+                                q.stride(2), HEAD_DIM=d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, HAS_KV_LEN=False,
+                                IEEE=False, UPCAST=False, HEAVY_FIRST=causal and heavy, FOLD=fold, TMA=tma,
+                                num_warps=warps, num_stages=stages)
                         launches[(causal, cfg, heavy, group if causal and heavy else 0, fold)] = fn
             errs = {}
             for key, fn in launches.items():
@@ -125,9 +112,8 @@ def main(argv=None) -> int:
                 full = ms[(False, committed[False], True, 0, False)]
                 speedup = f"  causal speedup {full / ms[key]:.3f}" if causal else ""
                 ok = errs[key] <= accuracy.tolerance("bfloat16")
-                lines.append(f"  {'causal' if causal else 'full':<6} tma {int(cfg[0])} qo {int(cfg[1])} BLOCK_M {cfg[2]:>3} "
-                             f"BLOCK_N {cfg[3]:>3} warps {cfg[4]} stages {cfg[5]} runs {1 if cfg[6] else 2} "
-                             f"heavy_first {int(causal and heavy)} "
+                lines.append(f"  {'causal' if causal else 'full':<6} tma {int(cfg[0])} BLOCK_M {cfg[1]:>3} BLOCK_N "
+                             f"{cfg[2]:>3} warps {cfg[3]} stages {cfg[4]} heavy_first {int(causal and heavy)} "
                              f"group {group:>3} fold {int(fold)}  "
                              f"{ms[key]:7.3f} ms {flops / ms[key] / 1e9:6.1f} TFLOP/s{speedup}  "
                              f"err {errs[key]:.1e}{'' if ok else ' FAILED'}")
