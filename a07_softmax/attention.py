@@ -65,6 +65,7 @@ class Tiles(NamedTuple):
     num_warps: int
     num_stages: int   # tiles of K and V in flight
     kv_descriptors: bool = False  # K and V tiles through tensor descriptors (TMA), where _use_tma allows
+    masked_first: bool = False    # walk the masked tiles (diagonal, tail) before the unmasked run
 
 
 # (largest head dim, tiles): the first row whose limit covers d, per mode, for 16-bit data on GPUs
@@ -157,7 +158,7 @@ def _launch(q, k, v, out, kv_len, scale, causal, block_m, block_n, tiles, interp
                      q.stride(0), q.stride(1), q.stride(2), HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n,
                      CAUSAL=causal, HAS_KV_LEN=kv_len is not None, IEEE=q.dtype == torch.float32,
                      UPCAST=interp and q.dtype == torch.bfloat16, HEAVY_FIRST=causal,
-                     FOLD=FOLD_SCALE and scale > 0, TMA=tiles.kv_descriptors,
+                     FOLD=FOLD_SCALE and scale > 0, TMA=tiles.kv_descriptors, MASKED_FIRST=tiles.masked_first,
                      **({} if interp else {"num_warps": tiles.num_warps, "num_stages": tiles.num_stages}))
 
 
@@ -168,13 +169,14 @@ def _overlaps(a, b) -> bool:
 
 def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float | None = None,
                     block_m: int | None = None, block_n: int | None = None, out=None, tma: bool | None = None,
-                    heads_per_group: int | None = None):
+                    heads_per_group: int | None = None, masked_first: bool | None = None):
     """softmax(scale * q k^T + mask) v for (B, H, S, D) torch tensors of one dtype (float32, float16,
     bfloat16) on one device, D in HEAD_DIMS; fp32 statistics. kv_len: int32 (B,) valid keys per batch
     entry (key padding), each in [0, S]. Rows with no visible key are zeros. |scale| at most
-    MAX_ABS_SCALE. block_m, block_n, tma, heads_per_group: override the launch choice (tests;
-    tma=None: tensor descriptors for the key and value tiles where _use_tma allows and the launch table
-    takes them, True: always, False: never; heads_per_group=None: head_group())."""
+    MAX_ABS_SCALE. block_m, block_n, tma, heads_per_group, masked_first: override the launch choice
+    (tests; tma=None: tensor descriptors for the key and value tiles where _use_tma allows and the
+    launch table takes them, True: always, False: never; heads_per_group=None: head_group();
+    masked_first=None: the launch table's order of the two runs of key tiles)."""
     import torch
     import triton
 
@@ -224,6 +226,8 @@ def flash_attention(q, k, v, *, causal: bool = False, kv_len=None, scale: float 
         tiles = pick_tiles(d, allowed, bool(causal))
     if tma:      # forced (the tests' way to reach each path)
         tiles = tiles._replace(kv_descriptors=True)
+    if masked_first is not None:
+        tiles = tiles._replace(masked_first=bool(masked_first))
     for name, given in (("block_m", block_m), ("block_n", block_n)):
         # tl.arange needs a power of two, tl.dot 16 rows at least; 0 is an error, not the default
         if given is not None and (int(given) != given or given < 16 or given & (given - 1)):

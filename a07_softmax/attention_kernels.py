@@ -15,8 +15,9 @@ def _mm(a, b, IEEE: tl.constexpr):
 
 @triton.jit
 def _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys, m_i, l_i, acc, qk_scale,
-            MASKED: tl.constexpr, CAUSAL: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-            FOLD: tl.constexpr, TMA: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+            MASKED: tl.constexpr, CAUSAL: tl.constexpr, HAS_KV_LEN: tl.constexpr, IEEE: tl.constexpr,
+            UPCAST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr, BLOCK_N: tl.constexpr,
+            HEAD_DIM: tl.constexpr):
     """One key tile folded into the running (m, l, o) of BLOCK_M query rows: the online recurrence
     of notebook 03 with a weighted numerator. Scores are kept in log2 units (qk_scale holds
     log2(e)), so every exp is one exp2. MASKED tiles (the diagonal tile, the tail past n_keys)
@@ -30,12 +31,17 @@ def _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, 
     and V), each tile one bulk copy by the Hopper's tensor memory accelerator instead of an address
     per element and thread; rows past S read as zeros. Rows in [n_keys, S) (key padding) are real
     memory and may hold anything, so a masked tile zeroes its values there: p is 0 for those keys,
-    but 0 * NaN is NaN."""
+    but 0 * NaN is NaN.
+    Without key padding (HAS_KV_LEN off) n_keys is S, so neither test is made where it cannot fail:
+    the values need no zeroing (rows past S already read as zeros), and a causal row keeps exactly
+    the keys up to itself (a row that is stored lies below S, so every key it keeps does too). On
+    the diagonal tile that spares a select over the whole value tile, which would otherwise travel
+    from shared memory to registers and back before the tensor cores could read it."""
     cols = start + offs_n
     if TMA:
         k = KD.load([bh, start, 0]).reshape(BLOCK_N, HEAD_DIM)
         v = VD.load([bh, start, 0]).reshape(BLOCK_N, HEAD_DIM)
-        if MASKED:
+        if MASKED and HAS_KV_LEN:
             v = tl.where(cols[:, None] < n_keys, v, 0.0)
     elif MASKED:
         kv_mask = cols[:, None] < n_keys
@@ -51,9 +57,12 @@ def _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, 
     if not FOLD:
         s = s * qk_scale
     if MASKED:
-        keep = cols[None, :] < n_keys
         if CAUSAL:
-            keep = keep & (cols[None, :] <= offs_m[:, None])
+            keep = cols[None, :] <= offs_m[:, None]
+            if HAS_KV_LEN:
+                keep = keep & (cols[None, :] < n_keys)
+        else:
+            keep = cols[None, :] < n_keys
         s = tl.where(keep, s, -float("inf"))
     if FOLD:
         m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
@@ -77,20 +86,32 @@ def _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, 
 
 @triton.jit
 def _walk(q, K, V, KD, VD, bh, base, stride_s, full, hi, offs_m, offs_n, offs_d, n_keys, qk_scale,
-          CAUSAL: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr,
-          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+          CAUSAL: tl.constexpr, HAS_KV_LEN: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+          FOLD: tl.constexpr, TMA: tl.constexpr, MASKED_FIRST: tl.constexpr, BLOCK_M: tl.constexpr,
+          BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     """The key tiles of one query tile, in two runs: [0, full) wholly visible, unmasked; [full, hi)
     the diagonal tile (causal) and the tail past n_keys, masked element by element. Returns the
-    final (m, l, o) of the online recurrence, from the empty state (m = -inf, l = 0, o = 0)."""
+    final (m, l, o) of the online recurrence, from the empty state (m = -inf, l = 0, o = 0).
+    The recurrence does not care which tiles come first. MASKED_FIRST walks the masked run before
+    the unmasked one (FlashAttention's order): its loads then start beside the query tile's, and
+    the pipelined run ends the walk; the sweep measures both orders."""
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    if MASKED_FIRST:
+        for start in tl.range(full, hi, BLOCK_N):
+            m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
+                                    m_i, l_i, acc, qk_scale, True, CAUSAL, HAS_KV_LEN, IEEE, UPCAST, FOLD,
+                                    TMA, BLOCK_N, HEAD_DIM)
     for start in tl.range(0, full, BLOCK_N):
         m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
-                                m_i, l_i, acc, qk_scale, False, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
-    for start in tl.range(full, hi, BLOCK_N):
-        m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
-                                m_i, l_i, acc, qk_scale, True, CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_N, HEAD_DIM)
+                                m_i, l_i, acc, qk_scale, False, CAUSAL, HAS_KV_LEN, IEEE, UPCAST, FOLD,
+                                TMA, BLOCK_N, HEAD_DIM)
+    if not MASKED_FIRST:
+        for start in tl.range(full, hi, BLOCK_N):
+            m_i, l_i, acc = _attend(q, K, V, KD, VD, bh, base, stride_s, start, offs_m, offs_n, offs_d, n_keys,
+                                    m_i, l_i, acc, qk_scale, True, CAUSAL, HAS_KV_LEN, IEEE, UPCAST, FOLD,
+                                    TMA, BLOCK_N, HEAD_DIM)
     return m_i, l_i, acc
 
 
@@ -99,7 +120,8 @@ def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads, head_
                          stride_b, stride_h, stride_s,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          CAUSAL: tl.constexpr, HAS_KV_LEN: tl.constexpr, IEEE: tl.constexpr,
-                         UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr):
+                         UPCAST: tl.constexpr, HEAVY_FIRST: tl.constexpr, FOLD: tl.constexpr, TMA: tl.constexpr,
+                         MASKED_FIRST: tl.constexpr):
     # HEAVY_FIRST (causal): programs start in launch order (axis 0 fastest), and a causal tile's work
     # grows with its row index. Launched as they come, the grid would end on a head's longest tiles
     # and leave SMs idle behind them. So the launch order is renumbered: within a group of
@@ -142,7 +164,7 @@ def attention_fwd_kernel(Q, K, V, O, KD, VD, KV_LEN, seq, sm_scale, heads, head_
         full = tl.minimum(full, pid_m * BLOCK_M)
         hi = tl.minimum(hi, (pid_m + 1) * BLOCK_M)
     m_i, l_i, acc = _walk(q, K, V, KD, VD, bh, base, stride_s, full, hi, offs_m, offs_n, offs_d, n_keys, qk_scale,
-                          CAUSAL, IEEE, UPCAST, FOLD, TMA, BLOCK_M, BLOCK_N, HEAD_DIM)
+                          CAUSAL, HAS_KV_LEN, IEEE, UPCAST, FOLD, TMA, MASKED_FIRST, BLOCK_M, BLOCK_N, HEAD_DIM)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]          # no visible key: zeros
     tl.store(O + base + offs_m[:, None] * stride_s + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=offs_m[:, None] < seq)

@@ -103,6 +103,22 @@ def test_every_tile_moves_the_max(rng, causal):
     _check(rng, 1, 2, 64, 16, torch.float32, causal, None, DEVICE, rising=True, block_m=16, block_n=16)
 
 
+@pytest.mark.parametrize("masked_first", [False, True], ids=["masked-last", "masked-first"])
+@pytest.mark.parametrize("tma", [None, False], ids=["chosen-path", "pointers"])
+def test_either_order_of_the_two_runs_of_key_tiles(rng, masked_first, tma):
+    """The masked run (diagonal, tail) may come before or after the unmasked one: rising scores make
+    every tile move the max whichever comes first; a 32-row query tile over 16-key tiles puts two
+    masked tiles on each causal diagonal, the second wholly hidden from the tile's first rows; key
+    padding (0, 1, a tail) and S past a tile cover the tail run, with and without kv_len."""
+    for causal in (False, True):
+        _check(rng, 1, 2, 64, 16, torch.float32, causal, None, DEVICE, rising=True, block_m=32, block_n=16,
+               masked_first=masked_first, tma=tma)
+        _check(rng, 3, 2, 53, 16, torch.bfloat16, causal, [0, 1, 37], DEVICE, block_m=32, block_n=16,
+               masked_first=masked_first, tma=tma)
+        _check(rng, 2, 1, 53, 32, torch.float16, causal, None, DEVICE, block_m=32, block_n=16,
+               masked_first=masked_first, tma=tma)
+
+
 @pytest.mark.parametrize("scale", [2.5, -0.7, 0.0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32-pointers", "bf16-chosen-path"])
 def test_every_sign_of_scale(rng, scale, dtype):

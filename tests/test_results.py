@@ -721,8 +721,8 @@ def test_notebook_08_reading_of_the_cross_entropy_dram_bytes_holds():
 
 def _attention_sweep():
     """results/nvidia-h200/sweeps_attention.txt as
-    {(head_dim, S, mode, tma, BLOCK_M, BLOCK_N, warps, heavy, fold, group): ms} (group: the heads a
-    causal launch orders longest-first together, 0 where nothing is reordered)."""
+    {(head_dim, S, mode, tma, BLOCK_M, BLOCK_N, warps, heavy, fold, group, masked_first): ms} (group:
+    the heads a causal launch orders longest-first together, 0 where nothing is reordered)."""
     import re
 
     out, key = {}, None
@@ -732,10 +732,10 @@ def _attention_sweep():
             key = (int(m[1]), int(m[2]))
             continue
         m = re.match(r"\s+(full|causal)\s+tma (\d) BLOCK_M\s+(\d+) BLOCK_N\s+(\d+) warps (\d+) stages \d "
-                     r"heavy_first (\d) group\s+(\d+) fold (\d)\s+([\d.]+) ms", line)
+                     r"heavy_first (\d) group\s+(\d+) fold (\d) masked_first (\d)\s+([\d.]+) ms", line)
         if m:
-            tma, bm, bn, warps, heavy, group, fold = (int(g) for g in m.groups()[1:8])
-            out[(*key, m[1], tma, bm, bn, warps, heavy, fold, group)] = float(m[9])
+            tma, bm, bn, warps, heavy, group, fold, first = (int(g) for g in m.groups()[1:9])
+            out[(*key, m[1], tma, bm, bn, warps, heavy, fold, group, first)] = float(m[10])
     return out
 
 
@@ -761,7 +761,7 @@ def test_docs_performance_quotes_the_attention_sweep():
     from a07_softmax.paths import ROOT
 
     doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
-    ms = _attention_sweep()     # {(d, S, mode, tma, BLOCK_M, BLOCK_N, warps, heavy, fold, group): ms}
+    ms = _attention_sweep()     # {(d, S, mode, tma, BLOCK_M, BLOCK_N, warps, heavy, fold, group, first): ms}
     shapes = sorted({k[:2] for k in ms})
     assert len(shapes) == 6
     assert not FOLD_SCALE, "the docs say why the fold is off"
@@ -773,10 +773,11 @@ def test_docs_performance_quotes_the_attention_sweep():
     def group(d, s):
         return head_group(16384 // s * (2048 // d), s, d, 2)
 
-    def key(d, s, causal, cfg=None, fold=0, grp=None, heavy=None):
+    def key(d, s, causal, cfg=None, fold=0, grp=None, heavy=None, flip=False):
         heavy = int(causal) if heavy is None else heavy
         grp = (group(d, s) if heavy else 0) if grp is None else grp
-        return (d, s, "causal" if causal else "full", *(cfg or launch(d, causal)), heavy, fold, grp)
+        first = int(pick_tiles(d, True, causal).masked_first != flip)
+        return (d, s, "causal" if causal else "full", *(cfg or launch(d, causal)), heavy, fold, grp, first)
 
     for d, s in shapes:
         for causal in (False, True):
@@ -812,6 +813,12 @@ def test_docs_performance_quotes_the_attention_sweep():
     folded_full = zip([ms[key(d, s, False)] for d, s in shapes], [ms[key(d, s, False, fold=1)] for d, s in shapes])
     folded_causal = zip([ms[key(d, s, True)] for d, s in shapes], best)
     assert f"would be {_gains(folded_full)} for full attention and {_gains(folded_causal)} for causal" in doc
+    # the order of the two runs of key tiles in causal launches: the committed one against the other
+    first = {d: pick_tiles(d, True, True).masked_first for d in (64, 128)}
+    flipped = {d: _gains(zip([ms[key(dd, s, True, flip=True)] for dd, s in shapes if dd == d], at(d, True)))
+               for d in (64, 128)}
+    assert all(f"At head dim {d} the masked tiles are walked {'first' if first[d] else 'last'}: " \
+               f"{flipped[d]} than the other order" in doc for d in (64, 128))
     committed = {d: ms[key(d, 4096, False)] / ms[key(d, 4096, True)] for d in (64, 128)}
     assert f"the sweep's run of the same launches (below) measured {committed[64]:.3f} and {committed[128]:.3f}" in doc
 
