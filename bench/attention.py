@@ -12,7 +12,7 @@ TFLOP/s count 4 S^2 d per head (two matmuls), halved for causal. Each output is 
 float64 attention of the first head; the times are medians of CUDA events after warm-up, every
 implementation timed in ROUNDS rounds in rotated order (bench.interleaved).
 
-  python bench/attention.py --out results/nvidia-h200/attention.json      # on an NVIDIA GPU
+  python bench/attention.py --out results/<gpu>/attention.json      # on an NVIDIA GPU (a07 results attention)
 """
 from __future__ import annotations
 
@@ -51,6 +51,9 @@ def main(argv=None) -> int:
     def time(fn):
         return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
+    # the copy rate of this run, on this GPU: the traffic model's bytes become lower-bound times at it
+    copy = bench.Bench(quick=True).copy_ceiling()
+    print(f"device-to-device copy {copy:.0f} GB/s", flush=True)
     runs = []
     for d in HEAD_DIMS:
         heads = 2048 // d
@@ -116,7 +119,7 @@ def main(argv=None) -> int:
                 del q, k, v, out, scores, out32
                 torch.cuda.empty_cache()
     result = dict(gpu=provenance.gpu_name(), date=provenance.today(), versions=provenance.versions(),
-                  sources_sha256=provenance.sources_sha256(provenance.ATTENTION_SOURCES), tokens=TOKENS, runs=runs,
+                  sources_sha256=provenance.sources_sha256(provenance.ATTENTION_SOURCES), tokens=TOKENS, copy_GBps=copy, runs=runs,
                   model={"fused_bytes": "attention.traffic_bytes(bh, S, d, 2)",
                          "naive_bytes": "attention.traffic_bytes(bh, S, d, 2, fused=False, score_bytes=2)"})
     if a.out:

@@ -41,7 +41,7 @@ def test_every_timed_output_was_checked_and_the_course_kernels_passed(gpu):
 
 
 @pytest.mark.parametrize("name", ["run-cuda.txt", "notebooks.txt", "sweeps.txt", "sweeps_row_grid.txt", "sanitizer.txt",
-                                  "traffic.txt", "sweeps_attention.txt"])
+                                  "traffic.txt"])
 def test_committed_run_logs_name_gpu_date_versions_and_fresh_sources(name):
     p = results.RESULTS / "nvidia-h200" / name
     if name == "notebooks.txt" and not p.exists():
@@ -59,6 +59,64 @@ def test_committed_run_logs_name_gpu_date_versions_and_fresh_sources(name):
     if name == "notebooks.txt":
         unrecorded = sorted(set(provenance.notebook_files()) - set(recorded))
         assert not unrecorded, f"notebooks.txt does not say which of these it ran: {unrecorded}"
+
+
+ATTENTION_RECORDS = ("attention.json", "sweeps_attention.txt")
+
+
+@pytest.mark.parametrize("record", sorted(str(p.relative_to(results.RESULTS)) for name in ATTENTION_RECORDS
+                                           for p in results.RESULTS.glob(f"*/{name}")))
+def test_every_attention_record_names_its_gpu_and_is_fresh(record):
+    """Lab 4's benchmark and sweep, in whichever GPU's folder they were recorded (the H200's, or
+    another's where the H200 was not at hand): made on the GPU the folder names, about the sources
+    as they are now (a stale record is deleted, not kept), and the benchmark holds the copy rate of
+    its own run (the traffic model's bounds are taken at it)."""
+    import json
+
+    p = results.RESULTS / record
+    text = p.read_text()
+    if p.suffix == ".json":
+        d = json.loads(text)
+        gpu, recorded = d["gpu"], d["sources_sha256"]
+        assert d["date"] and d["versions"]["torch"] and d["copy_GBps"] > 0
+    else:
+        m = re.search(r"^# gpu: (.+)$", text, re.M)
+        assert m and "# date: " in text and "# versions: " in text, record
+        gpu, recorded = m.group(1), provenance.parse_header(text)
+    assert provenance.slug(gpu) == p.parent.name, (record, gpu)
+    assert recorded, "no sha256 of the sources recorded"
+    stale = provenance.stale_sources(recorded, DEPENDS_OF_RUN[p.name])
+    assert not stale, f"{record} is older than {stale}: run `a07 results attention-configs attention` on a GPU " \
+                      "again, or delete it"
+
+
+def test_the_course_reads_the_attention_records_of_one_gpu():
+    """Notebook 10 and docs/performance.md read the benchmark and the sweep from one folder, the
+    H200's where it holds them (results.record_gpu), and the docs name that folder."""
+    from a07_softmax.paths import ROOT
+
+    gpu = results.record_gpu("attention.json")
+    assert results.record_gpu("sweeps_attention.txt") == gpu
+    assert results.load_attention()["gpu"] == results.load_attention(gpu)["gpu"]
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    for name in ATTENTION_RECORDS:
+        assert f"results/{gpu}/{name}" in doc, name
+        for other in {p.name for p in results.RESULTS.iterdir() if p.is_dir()} - {gpu}:
+            assert f"results/{other}/{name}" not in doc, (other, name)
+
+
+def test_record_gpu_prefers_the_h200_and_otherwise_takes_the_folder_that_holds_the_record(tmp_path, monkeypatch):
+    for folders, want in ((["nvidia-h100-80gb-hbm3", "nvidia-h200"], "nvidia-h200"),
+                          (["nvidia-h100-80gb-hbm3"], "nvidia-h100-80gb-hbm3")):
+        root = tmp_path / str(len(folders))
+        for f in folders:
+            (root / f).mkdir(parents=True)
+            (root / f / "attention.json").write_text("{}")
+        (root / "nvidia-h200").mkdir(exist_ok=True)   # a folder without the record is not taken
+        monkeypatch.setattr(results, "RESULTS", root)
+        assert results.record_gpu("attention.json") == want
+        with pytest.raises(FileNotFoundError, match="a07 results"):
+            results.record_gpu("nothing.json")
 
 
 @pytest.mark.parametrize("record", sorted(str(p.relative_to(results.RESULTS))
@@ -361,8 +419,9 @@ def test_lab4_cross_entropy_and_backward_runs_are_fresh_and_checked(name):
     of the sources they ran (their own kernels included); every output they timed was checked."""
     import json
 
-    d = json.loads((results.RESULTS / "nvidia-h200" / name).read_text())
-    assert d["gpu"] == "NVIDIA H200" and d["date"] and d["versions"]["torch"]
+    gpu = results.record_gpu(name) if name in ATTENTION_RECORDS else "nvidia-h200"
+    d = json.loads((results.RESULTS / gpu / name).read_text())
+    assert provenance.slug(d["gpu"]) == gpu and d["date"] and d["versions"]["torch"]
     kernel = KERNEL_OF_RUN[name]
     assert kernel in d["sources_sha256"], "the run did not record its own kernel's source"
     stale = provenance.stale_sources(d["sources_sha256"], DEPENDS_OF_RUN.get(name))
@@ -378,7 +437,7 @@ def test_notebook_10_reading_of_the_attention_run_holds():
 
     from a07_softmax.paths import ROOT
 
-    rows = results.attention_rows(results.load_attention(), results.load_bench()["copy_GBps"])
+    rows = results.attention_rows(results.load_attention())    # the bounds at the run's own copy rate
     long = [r for r in rows if r["seq"] >= 4096]
     assert all(r["tflops"] > r["flash"] for r in rows)
     assert all(r["cudnn"] > max(r["tflops"], r["flash"]) for r in rows)
@@ -628,13 +687,13 @@ def test_docs_performance_reads_the_dram_bytes_and_the_50257_point():
 
 
 def test_every_committed_result_has_a_step_that_rewrites_it():
-    """`make results` (a07_softmax.record) can regenerate every file in results/nvidia-h200/: each
-    one is named in RESULT_FILES with its step, and each script step's script exists. A new result
-    file without a step fails here."""
+    """`make results` (a07_softmax.record) can regenerate every file in every GPU's folder under
+    results/: each one is named in RESULT_FILES with its step, and each script step's script exists.
+    A new result file without a step fails here."""
     from a07_softmax import record
     from a07_softmax.paths import ROOT
 
-    files = {p.name for p in (results.RESULTS / "nvidia-h200").iterdir() if p.suffix != ".png"}
+    files = {p.name for p in results.RESULTS.glob("*/*") if p.suffix != ".png"}
     assert files <= set(record.RESULT_FILES), f"no step writes {sorted(files - set(record.RESULT_FILES))}"
     assert set(record.RESULT_FILES.values()) <= set(record.STEPS)
     for name, cmd in record.SCRIPTS.values():
@@ -720,13 +779,14 @@ def test_notebook_08_reading_of_the_cross_entropy_dram_bytes_holds():
 
 
 def _attention_sweep():
-    """results/nvidia-h200/sweeps_attention.txt as
+    """results/<gpu>/sweeps_attention.txt (results.record_gpu) as
     {(head_dim, S, mode, tma, BLOCK_M, BLOCK_N, warps, heavy, fold, group, masked_first): ms} (group:
     the heads a causal launch orders longest-first together, 0 where nothing is reordered)."""
     import re
 
     out, key = {}, None
-    for line in (results.RESULTS / "nvidia-h200" / "sweeps_attention.txt").read_text().splitlines():
+    gpu = results.record_gpu("sweeps_attention.txt")
+    for line in (results.RESULTS / gpu / "sweeps_attention.txt").read_text().splitlines():
         m = re.match(r"head_dim (\d+), S (\d+),", line)
         if m:
             key = (int(m[1]), int(m[2]))
