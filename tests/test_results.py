@@ -99,6 +99,8 @@ def test_the_course_reads_the_attention_records_of_one_gpu():
     assert results.record_gpu("sweeps_attention.txt") == gpu
     assert results.load_attention()["gpu"] == results.load_attention(gpu)["gpu"]
     doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    # the section names the GPU its figures come from (the file's intro says: the H200 unless named)
+    assert f"(results/{gpu}/attention.json: {results.load_attention()['gpu']}, commit" in doc
     for name in ATTENTION_RECORDS:
         assert f"results/{gpu}/{name}" in doc, name
         for other in {p.name for p in results.RESULTS.iterdir() if p.is_dir()} - {gpu}:
