@@ -553,3 +553,29 @@ def test_docs_register_cap_reading_holds():
     assert shipped[1] == 0 and f"true>`, {shipped[0]} registers and no spill as shipped)" in doc
     assert f"takes {at768[0]} registers and {at768[1]} bytes of spill stores at 768 threads an SM, and " \
            f"{at1024[0]} registers and {at1024[1]} bytes at 1024" in doc
+
+
+def test_register_cap_timing_runs_the_capped_copy_and_restores_the_source():
+    """bench/sweeps/register_cap.py --time (GPU): while it measures, the fast family compiles the capped
+    copy (its default the shipped behaviour, each cap a -D of it), and afterwards the shipped source
+    again, also when the measurement fails. The measurement itself is stood in for here."""
+    from pathlib import Path
+
+    cap = load_script("bench/sweeps/register_cap.py")
+    shipped = dict(fast.SOURCE)
+    seen = []
+
+    def measure(dtype, cols, configs, rounds, op):
+        src = Path(fast.SOURCE["CUDA"])
+        seen.append((dtype, cols, tuple(configs), op, src.is_absolute(), cap.CAPPED in src.read_text()))
+        return [(c, "plan", 1.0, 100.0 / (1 + i), [1.0], 1e-3, True) for i, c in enumerate(configs)], 4000.0
+    rows = cap.timed((0, 1024), (4096,), 1, print_=lambda *a: None, measure=measure)
+    assert seen == [("bfloat16", 4096, ("", "-DA07_WIDE_MIN_THREADS=1024"), "scale_mask_causal", True, True)]
+    assert [(r[0], r[1], round(r[3], 3)) for r in rows] == [(4096, "", 1.0), (4096, "-DA07_WIDE_MIN_THREADS=1024", 2.0)]
+    assert fast.SOURCE == shipped
+
+    def broken(*a):
+        raise RuntimeError("no GPU")
+    with pytest.raises(RuntimeError, match="no GPU"):
+        cap.timed((0, 768), (2048,), 1, print_=lambda *a: None, measure=broken)
+    assert fast.SOURCE == shipped
