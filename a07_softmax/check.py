@@ -1249,7 +1249,8 @@ def _judge(cases, run, todo: bool, where_hint: str = ""):
         clock = getattr(run, "judge_clock", {}).get(cid, (0, []))
         took = max(rep.get("seconds", 0) if isinstance(rep.get("seconds"), (int, float)) else 0, clock[0])
         if case.call.get("max_seconds"):
-            limit, twin = _time_limit(case, getattr(run, "twin_clock", {}).get(cid))
+            twin = getattr(run, "twin_clock", {}).get(cid)
+            limit = _time_limit(case, twin)
             if took > limit:
                 beside = f"; trusted array operations took {twin:.2f} s beside it" if twin else ""
                 out.append(Result(case.name, FAIL, f"took {took:.1f} s, over the {limit:.1f} s allowed{beside}: a "
@@ -1379,9 +1380,9 @@ def _twin_seconds(case) -> float | None:
     return best
 
 
-def _time_limit(case, twin: float | None) -> tuple:
-    """(seconds allowed, the twin's seconds or None)."""
-    return max(case.call["max_seconds"], TWIN_FACTOR * twin if twin else 0.0), twin
+def _time_limit(case, twin: float | None) -> float:
+    """The seconds a timed call may take, given its twin's seconds (None: no twin was timed)."""
+    return max(case.call["max_seconds"], TWIN_FACTOR * twin if twin else 0.0)
 
 
 def _judge_clock(case, module_name: str, text: str, timeout: float, hide):

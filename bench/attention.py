@@ -119,7 +119,8 @@ def main(argv=None) -> int:
                 del q, k, v, out, scores, out32
                 torch.cuda.empty_cache()
     result = dict(gpu=provenance.gpu_name(), date=provenance.today(), versions=provenance.versions(),
-                  sources_sha256=provenance.sources_sha256(provenance.ATTENTION_SOURCES), tokens=TOKENS, copy_GBps=copy, runs=runs,
+                  sources_sha256=provenance.sources_sha256(provenance.ATTENTION_SOURCES), tokens=TOKENS,
+                  copy_GBps=copy, runs=runs,
                   model={"fused_bytes": "attention.traffic_bytes(bh, S, d, 2)",
                          "naive_bytes": "attention.traffic_bytes(bh, S, d, 2, fused=False, score_bytes=2)"})
     if a.out:

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # fast_configs, beside it
 
 THREADS = (0, 768, 1024, 1280)   # threads an SM the launch bound promises; 0: none (the shipped build)
 INSTANCES = ("scale_span_softmax_fast_block<bf16_t, 8, 32, true>", "scale_span_softmax_fast_block<bf16_t, 8, 64, true>")
@@ -55,12 +56,7 @@ def timed(threads=THREADS, cols=(2048, 4096), rounds: int = 5, print_=print, mea
     from a07_softmax import fast
 
     if measure is None:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("fast_configs", Path(__file__).with_name("fast_configs.py"))
-        sweep = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sweep)
-        measure = sweep.measure
+        from fast_configs import measure
     configs = [""] + [f"-DA07_WIDE_MIN_THREADS={n}" for n in threads if n]
     shipped, out = dict(fast.SOURCE), []
     with tempfile.TemporaryDirectory() as tmp:
