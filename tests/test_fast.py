@@ -579,3 +579,29 @@ def test_register_cap_timing_runs_the_capped_copy_and_restores_the_source():
     with pytest.raises(RuntimeError, match="no GPU"):
         cap.timed((0, 768), (2048,), 1, print_=lambda *a: None, measure=broken)
     assert fast.SOURCE == shipped
+
+
+def test_causal_ceiling_probe_moves_exactly_the_causal_bytes(tmp_path):
+    """bench/sweeps/causal_ceiling.py (GPU): its shapes cover a row with at most 16 vectors a thread,
+    what it checks the probe against keeps each row's vectors up to the diagonal and zeros the rest,
+    and its kernel compiles for sm_90 without a spill (NVRTC, no GPU)."""
+    torch = pytest.importorskip("torch")
+    ceiling = load_script("bench/sweeps/causal_ceiling.py")
+    for seq, size in ((2048, 2), (4096, 2), (16384, 2), (2048, 4), (16384, 4)):
+        got = ceiling.shapes(seq, size)
+        assert got and all(t * v * 16 >= seq * size and v <= ceiling.MOST_VECTORS for t, v in got), (seq, size, got)
+    assert (64, 8) in ceiling.shapes(4096, 2), "the fast table's 4096-key bf16 shape is not probed"
+    x = torch.arange(1.0, 1.0 + 3 * 16).reshape(3, 16)        # rows = queries 0, 1, 2 of 16 keys
+    kept = ceiling.expected(x, 4)                               # 4 columns a vector
+    assert kept[0].tolist() == x[0, :4].tolist() + [0.0] * 12   # query 0 sees column 0: its vector moves
+    assert kept[2].ne(0).sum() == 4 and kept[1].ne(0).sum() == 4
+    wide = ceiling.expected(torch.ones(8, 8), 4)
+    assert wide.sum(1).tolist() == [4, 4, 4, 4, 8, 8, 8, 8], "vectors holding no visible column must be zeros"
+    src = tmp_path / "probe.cu"
+    src.write_text(ceiling.PROBE)
+    try:
+        r = native.nvrtc_compile(src, "sm_90")
+    except RuntimeError as e:
+        pytest.skip(f"NVRTC not available here: {e}")
+    assert r.ok, r.log
+    assert "spill" not in r.log or re.search(r"0 bytes spill stores, 0 bytes spill loads", r.log), r.log
