@@ -310,3 +310,31 @@ def test_a_second_backward_is_refused():
     loss.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="twice"):
         loss.backward()
+
+
+def test_host_time_script_stands_in_for_the_target_test_faithfully(tmp_path):
+    """bench/cross_entropy_host.py (GPU) times a stand-in for the target test: its kernel compiles for
+    sm_90 (NVRTC, no GPU), and the function it replaces still has the signature and the return the
+    call expects (cross_entropy passes (target, vocab, ignore_index) and unpacks (verdict, event))."""
+    import inspect
+
+    from a07_softmax import native
+
+    from .helpers import load_script
+
+    script = load_script("bench/cross_entropy_host.py")
+    assert list(inspect.signature(CE._targets_checked).parameters) == ["target", "vocab", "ignore_index"]
+    flag, done = CE._targets_checked(torch.tensor([1, -100, 3]), 4, -100)
+    assert done is None and int(flag) == 0                     # on the CPU: no event, the verdict at once
+    flag, _ = CE._targets_checked(torch.tensor([1, 4]), 4, -100)
+    assert int(flag) == 1
+    src = tmp_path / "stand_in.cu"
+    src.write_text(script.STAND_IN)
+    try:
+        r = native.nvrtc_compile(src, "sm_90")
+    except RuntimeError as e:
+        pytest.skip(f"NVRTC not available here: {e}")
+    assert r.ok, r.log
+    with pytest.raises(SystemExit) as exit_:
+        script.main(["--help"])
+    assert exit_.value.code == 0

@@ -1,0 +1,211 @@
+"""Where the host time of a cross-entropy call goes (docs/performance.md, "Open questions"): the
+course's loss + gradient through autograd spends a few tenths of a millisecond of Python per call,
+and on 1 GiB of logits its kernel takes about half a millisecond, so whether the GPU waits for the
+host depends on both. This script measures, on the GPU at hand, bf16 logits of 1 GiB:
+
+- host time per call of each piece (the target test's launch, the mean's divisor, an event, the
+  forward, forward + backward with and without the target test, a trivial autograd.Function,
+  eager F.cross_entropy), each queued behind a sleeping kernel so that Python's time is all there
+  is;
+- the latency of a whole call on an idle GPU, with the target test's wait (the host waits for the
+  test, never for the kernel);
+- the time per call as the benchmark takes it (triton's do_bench, medians of CUDA events) and in a
+  loop of calls, checked against unchecked;
+- the same after torch.compile(F.cross_entropy) and Liger have run in the process (as in
+  bench/cross_entropy.py), and with Python's garbage collector off, then frozen;
+- a stand-in for a cheaper target test (--stand-in): the same verdict from a one-block kernel
+  launched through CuPy into one reused pinned byte, timed in place of the Triton test, to size
+  what such a change would save before the course's sources are changed (it is not the course's
+  code: the course's test stays cross_entropy_kernels.targets_outside_vocab_kernel).
+
+  python bench/cross_entropy_host.py [--vocab 131072] [--stand-in]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# the stand-in target test: VERDICT = 1 when a target is outside [0, vocab) and not ignore_index
+STAND_IN = r"""
+extern "C" __global__ void targets_outside(const long long* t, long long n, long long vocab, long long ignore_index,
+                                           unsigned char* verdict) {
+  __shared__ int bad;
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  int mine = 0;
+  for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+    const long long v = t[i];
+    mine |= (v != ignore_index) & ((v < 0) | (v >= vocab));
+  }
+  if (mine) atomicOr(&bad, 1);
+  __syncthreads();
+  if (threadIdx.x == 0) *verdict = (unsigned char)bad;
+}
+"""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vocab", type=int, default=131072)
+    ap.add_argument("--stand-in", action="store_true", help="also time the CuPy stand-in for the target test")
+    a = ap.parse_args(argv)
+
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from triton.testing import do_bench
+
+    from a07_softmax import cross_entropy as CE
+    from a07_softmax import fast, provenance
+
+    print(provenance.header("bench/cross_entropy_host.py (host time of a cross-entropy call)",
+                            provenance.CROSS_ENTROPY_SOURCES))
+    vocab = a.vocab
+    rows = 2**30 // (vocab * 2)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.randn(rows, vocab, device="cuda", generator=g) * 4).to(torch.bfloat16)
+    t = torch.randint(0, vocab, (rows,), device="cuda", generator=g)
+    t[::17] = -100
+    leaf = x.detach().requires_grad_(True)
+    original_test = CE._targets_checked
+
+    def call(checked):
+        def fn():
+            leaf.grad = None
+            CE.cross_entropy(leaf, t, reduction="sum", backend="cuda", check_targets=checked).backward()
+        return fn
+
+    calls = {"checked": call(True), "unchecked": call(False)}
+    if a.stand_in:
+        import cupy
+
+        kernel = cupy.RawModule(code=STAND_IN).get_function("targets_outside")
+        verdict = torch.empty((), dtype=torch.uint8, pin_memory=True)   # one byte, reused: the host reads
+        done = torch.cuda.Event()                                       # it before the call returns
+
+        def stand_in_test(target, vocab, ignore_index):
+            with fast._launch_context(target):
+                kernel((1,), (1024,), (np.uint64(target.data_ptr()), np.int64(target.numel()), np.int64(vocab),
+                                       np.int64(ignore_index), np.uint64(verdict.data_ptr())))
+            done.record()
+            return verdict, done
+
+        def with_stand_in(fn):
+            def run():
+                CE._targets_checked = stand_in_test
+                try:
+                    fn()
+                finally:
+                    CE._targets_checked = original_test
+            return run
+
+        calls["stand-in"] = with_stand_in(call(True))
+        bad = t.clone()
+        bad[5] = vocab
+        try:
+            with_stand_in(lambda: CE.cross_entropy(leaf, bad, reduction="sum", backend="cuda"))()
+            raise RuntimeError("the stand-in test let a target outside the vocabulary through")
+        except ValueError:
+            pass
+
+    class Nothing(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.new_zeros(())
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None
+
+    def trivial():
+        leaf.grad = None
+        Nothing.apply(leaf).backward()
+
+    def eager():
+        leaf.grad = None
+        F.cross_entropy(leaf, t, reduction="sum").backward()
+
+    def forward_only():
+        with torch.no_grad():
+            CE.cross_entropy(leaf, t, reduction="sum", backend="cuda", check_targets=False)
+
+    pieces = {"target test launch": lambda: original_test(t, vocab, -100),
+              "mean's divisor": lambda: (t != -100).sum(dtype=torch.float32).reciprocal(),
+              "event": lambda: torch.cuda.Event().record(),
+              "loss alone (no_grad)": forward_only,
+              "loss + grad, unchecked": calls["unchecked"],
+              "trivial autograd.Function": trivial, "eager F.cross_entropy": eager}
+
+    def behind_sleep(fn, n=40):
+        """Python's microseconds per call, the GPU kept busy by a sleeping kernel meanwhile."""
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(3_000_000_000)
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        took = time.perf_counter() - start
+        torch.cuda.synchronize()
+        return took / n * 1e6
+
+    def idle(fn, n=30):
+        """Microseconds from the call to its return on an idle GPU (the target test's wait included)."""
+        took = []
+        for _ in range(n):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            took.append(time.perf_counter() - start)
+        torch.cuda.synchronize()
+        return float(np.median(took)) * 1e6
+
+    def loop_ms(fn, n=50):
+        fn()
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(n):
+            fn()
+        e.record()
+        torch.cuda.synchronize()
+        return s.elapsed_time(e) / n
+
+    def report(when):
+        print(f"== {when}", flush=True)
+        for name, fn in pieces.items():
+            print(f"  host {behind_sleep(fn):7.1f} us  {name}", flush=True)
+        for name, fn in calls.items():
+            bench = [do_bench(fn, warmup=25, rep=100, return_mode="median") for _ in range(3)]
+            print(f"  {name:<10} idle call {idle(fn):7.1f} us, do_bench {' '.join(f'{m:.3f}' for m in bench)} ms, "
+                  f"in a loop {loop_ms(fn):.3f} ms", flush=True)
+
+    report("fresh process")
+    compiled = torch.compile(lambda a_, b_: F.cross_entropy(a_, b_, reduction="sum"), dynamic=False)
+    peers = [compiled]
+    try:
+        from liger_kernel.transformers.cross_entropy import LigerCrossEntropyLoss
+        peers.append(LigerCrossEntropyLoss(reduction="sum"))
+    except Exception as e:
+        print(f"liger_kernel not available ({e}); only torch.compile ran")
+    for _ in range(5):
+        for peer in peers:
+            leaf.grad = None
+            peer(leaf, t).backward()
+    torch.cuda.synchronize()
+    report(f"after {len(peers)} peer(s) ran in the process ({len(gc.get_objects())} objects tracked by gc)")
+    gc.disable()
+    report("garbage collector off")
+    gc.enable()
+    gc.freeze()
+    report("garbage collector frozen")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
