@@ -581,6 +581,24 @@ def test_register_cap_timing_runs_the_capped_copy_and_restores_the_source():
     assert fast.SOURCE == shipped
 
 
+def test_register_cap_times_the_caps_even_where_nvrtc_cannot_report(monkeypatch, capsys):
+    """register_cap.py --time on a machine whose NVRTC refuses the source: the failure is printed and
+    the caps are still timed; without --time (the report is all it does) the failure is raised."""
+    cap = load_script("bench/sweeps/register_cap.py")
+
+    def refuse(threads):
+        raise RuntimeError("softmax_fast.cu(269): error: not allowed in JIT mode\nmore")
+    timed = []
+    monkeypatch.setattr(cap, "report", refuse)
+    monkeypatch.setattr(cap, "timed", lambda threads, cols, rounds: timed.append((tuple(threads), tuple(cols))) or
+                        [(4096, "", 100.0, 1.0, 0.0, True)])
+    assert cap.main(["--time", "--cols", "4096", "--threads", "0", "1024"]) == 0
+    assert timed == [((0, 1024), (4096,))]
+    assert "not allowed in JIT mode); timing without it" in capsys.readouterr().out
+    with pytest.raises(RuntimeError, match="JIT mode"):
+        cap.main([])
+
+
 def test_causal_ceiling_probe_moves_exactly_the_causal_bytes(tmp_path):
     """bench/sweeps/causal_ceiling.py (GPU): its shapes cover a row with at most 16 vectors a thread,
     what it checks the probe against keeps each row's vectors up to the diagonal and zeros the rest,

@@ -100,7 +100,16 @@ def main(argv=None) -> int:
     ap.add_argument("--cols", type=int, nargs="*", default=[2048, 4096])
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
-    for (name, n), (regs, stores, loads) in report(args.threads).items():
+    try:
+        caps = report(args.threads)
+    except RuntimeError as e:
+        # the GPU machine's NVRTC (cuda-bindings) has refused a generic lambda of the source that CuPy's
+        # compile and newer NVRTCs accept: the registers are then read on the CPU machine, the timing here
+        if not args.time:
+            raise
+        print(f"NVRTC's register report failed here ({str(e).strip().splitlines()[0][:160]}); timing without it")
+        caps = {}
+    for (name, n), (regs, stores, loads) in caps.items():
         print(f"{name:<55} {n or 'shipped':>7} threads an SM: {regs:3d} registers, spill stores {stores:5d} B, "
               f"loads {loads:5d} B")
     if args.time:
