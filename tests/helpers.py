@@ -33,6 +33,23 @@ def load_script(relpath: str):
     return module
 
 
+def compiled_for_sm90(source: str, folder):
+    """NVRTC's result for `source` (a CUDA translation unit) compiled for sm_90 without a GPU, the
+    compile asserted to succeed; the test is skipped where NVRTC is not installed."""
+    import pytest
+
+    from a07_softmax import native
+
+    path = folder / "probe.cu"
+    path.write_text(source)
+    try:
+        r = native.nvrtc_compile(path, "sm_90")
+    except RuntimeError as e:
+        pytest.skip(f"NVRTC not available here: {e}")
+    assert r.ok, r.log
+    return r
+
+
 def grad_err(got, ref) -> float:
     """Normwise error of a cross-entropy gradient: the largest error against the largest gradient
     entry. An entry is a difference (p - onehot - smoothing / V) that can cancel to almost nothing,

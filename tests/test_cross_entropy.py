@@ -318,9 +318,7 @@ def test_host_time_script_stands_in_for_the_target_test_faithfully(tmp_path):
     call expects (cross_entropy passes (target, vocab, ignore_index) and unpacks (verdict, event))."""
     import inspect
 
-    from a07_softmax import native
-
-    from .helpers import load_script
+    from .helpers import compiled_for_sm90, load_script
 
     script = load_script("bench/cross_entropy_host.py")
     assert list(inspect.signature(CE._targets_checked).parameters) == ["target", "vocab", "ignore_index"]
@@ -328,13 +326,7 @@ def test_host_time_script_stands_in_for_the_target_test_faithfully(tmp_path):
     assert done is None and int(flag) == 0                     # on the CPU: no event, the verdict at once
     flag, _ = CE._targets_checked(torch.tensor([1, 4]), 4, -100)
     assert int(flag) == 1
-    src = tmp_path / "stand_in.cu"
-    src.write_text(script.STAND_IN)
-    try:
-        r = native.nvrtc_compile(src, "sm_90")
-    except RuntimeError as e:
-        pytest.skip(f"NVRTC not available here: {e}")
-    assert r.ok, r.log
+    compiled_for_sm90(script.STAND_IN, tmp_path)
     with pytest.raises(SystemExit) as exit_:
         script.main(["--help"])
     assert exit_.value.code == 0

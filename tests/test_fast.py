@@ -14,7 +14,7 @@ from a07_softmax import fast, native
 from a07_softmax import accuracy
 from a07_softmax.paths import ROOT
 
-from .helpers import FakeDeviceArray, bad_inputs, hipcc, load_script
+from .helpers import FakeDeviceArray, bad_inputs, compiled_for_sm90, hipcc, load_script
 
 ODD_COLS = [1, 2, 3, 7, 31, 33, 127, 128, 129, 255, 257, 1000, 1023, 1024, 1025, 2047, 2049, 3000, 4097,
             8191, 16384, 16385, 32767, 32769, 65537, 131072, 262144, 262147]
@@ -615,11 +615,5 @@ def test_causal_ceiling_probe_moves_exactly_the_causal_bytes(tmp_path):
     assert kept[2].ne(0).sum() == 4 and kept[1].ne(0).sum() == 4
     wide = ceiling.expected(torch.ones(8, 8), 4)
     assert wide.sum(1).tolist() == [4, 4, 4, 4, 8, 8, 8, 8], "vectors holding no visible column must be zeros"
-    src = tmp_path / "probe.cu"
-    src.write_text(ceiling.PROBE)
-    try:
-        r = native.nvrtc_compile(src, "sm_90")
-    except RuntimeError as e:
-        pytest.skip(f"NVRTC not available here: {e}")
-    assert r.ok, r.log
+    r = compiled_for_sm90(ceiling.PROBE, tmp_path)
     assert "spill" not in r.log or re.search(r"0 bytes spill stores, 0 bytes spill loads", r.log), r.log
