@@ -377,6 +377,13 @@ def diagnose_ce_loss(got, x, t) -> str | None:
             return (f"row {r}'s loss came out inf where it is {x[r].max() - x[r, t[r]]:.0f} or so: its target's "
                     "probability underflows to 0 in float32, so -log(softmax[t]) is inf; take the loss as "
                     "logsumexp - x[t], from the logits")
+        if np.isnan(got[r]) and np.isfinite(x[r, t[r]]):
+            # exp without the max overflows to inf, and inf - x_t is inf: a NaN with a finite target
+            # logit comes from 0 * -inf, the lanes past the row's end (loaded as -inf) or a masked
+            # logit multiplied by the one-hot's zeros
+            return (f"row {r}'s loss came out NaN although its target's logit is finite: a -inf (a lane past the "
+                    "row's end, loaded as -inf, or a masked logit) times 0 is NaN, as in x * onehot to pick the "
+                    "target's logit; select it with tl.where(cols == t, x, 0.0)")
         return "a loss came out inf or NaN: logsumexp needs the row's max subtracted before exp"
     rows = np.flatnonzero(keep & np.isfinite(x).all(axis=1))
     if rows.size:
@@ -386,7 +393,12 @@ def diagnose_ce_loss(got, x, t) -> str | None:
         for wrong, words in ((m + log_sum - x[0, tr], "the target's logit was read from row 0 (in_ptr + t): read it "
                                                      "from the row's own start, row * stride + t"),
                              (log_sum - xr[np.arange(len(rows)), tr], "logsumexp is m + log(sum exp(x - m)): the max "
-                                                                       "subtracted before the exp must be added back")):
+                                                                       "subtracted before the exp must be added back"),
+                             (m + log_sum / np.log(2) - xr[np.arange(len(rows)), tr],
+                              "logsumexp takes the natural log of the sum (tl.log), not log2"),
+                             (m + np.log(np.exp2(xr - m[:, None]).sum(axis=1)) - xr[np.arange(len(rows)), tr],
+                              "the sum is of exp(x - m), base e: tl.exp2 needs its argument scaled by log2(e) "
+                              "(exp(z) = exp2(z * 1.4427))")):
             if not np.allclose(wrong, m + log_sum - xr[np.arange(len(rows)), tr]) and \
                     np.allclose(got[rows], wrong, rtol=1e-4, atol=1e-4):
                 return words

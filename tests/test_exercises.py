@@ -506,6 +506,11 @@ WRONG = {
         "ignored rows' gradient never stored": (_edit(
             "06", "grad.to(grad_ptr.dtype.element_ty), mask=inside)",
             "grad.to(grad_ptr.dtype.element_ty), mask=inside & (cols * 0 + t != ignore_index))"), "ignore_index"),
+        "target logit picked by a one-hot product (0 * -inf)": (
+            _edit("06", "x_t = tl.sum(tl.where(cols == t, x, 0.0), axis=0)",
+                  "x_t = tl.sum(x * (cols == t).to(tl.float32), axis=0)"), "times 0 is NaN"),
+        "logsumexp with log2": (_edit("06", "lse = m + tl.log(s)", "lse = m + tl.log2(s)"), "not log2"),
+        "exp2 without log2(e)": (_edit("06", "e = tl.exp(x - m)", "e = tl.exp2(x - m)"), "scaled by log2(e)"),
         "lanes past the tail loaded as 0": (_edit("06", "other=-float(\"inf\")).to(tl.float32)\n    m = tl.max(x, axis=0)\n    e =",
                                                   "other=0.0).to(tl.float32)\n    m = tl.max(x, axis=0)\n    e ="), "loaded as 0 and counted"),
     },
