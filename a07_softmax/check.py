@@ -297,6 +297,39 @@ def diagnose_mask(got, ref) -> str | None:
     return None
 
 
+def diagnose_softmax_rows(got, z) -> str | None:
+    """Exercise 05's wrong normalisations and row addressing, recognised from the answer (z: the
+    scores its softmax sees, after the scale, masked ones -inf; float64)."""
+    got, z = np.asarray(got, dtype=np.float64), np.asarray(z, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        m = z.max(axis=1, keepdims=True)
+        live = (np.isfinite(m) & np.isfinite(z).any(axis=1, keepdims=True)).ravel() & ~np.isnan(z).any(axis=1)
+        e = np.exp(z - m)
+        right = e / e.sum(axis=1, keepdims=True)
+        base2 = np.exp2(z - m)
+        base2 = base2 / base2.sum(axis=1, keepdims=True)
+    if live.any():
+        g, r = got[live], right[live]
+
+        def looks_like(wrong):
+            return not np.allclose(wrong[live], r, rtol=1e-3, atol=1e-6) and \
+                np.allclose(g, wrong[live], rtol=1e-3, atol=1e-6, equal_nan=True)
+        if looks_like(base2):
+            return ("these are powers of 2, not of e: tl.exp2 needs its argument scaled by log2(e) "
+                    "(exp(z) = exp2(z * 1.4427)), or use tl.exp")
+        if looks_like(e):
+            return ("each row's largest probability came out 1: the exps were divided by their max (exp(0) = 1), "
+                    "not by their sum")
+    # the checker's rows are `stride` apart with NaN in between: a row addressed at row * n_cols reads
+    # (or writes) across that gap from row 1 on, while row 0 is right
+    first_ok = np.allclose(got[0], right[0], rtol=1e-3, atol=1e-6, equal_nan=True)
+    later = np.flatnonzero(np.isnan(got[1:]).any(axis=1) & ~np.isnan(right[1:]).any(axis=1)) + 1
+    if first_ok and later.size:
+        return (f"row 0 is right and row {int(later[0])} came out NaN: a row starts at row * stride, not at "
+                "row * n_cols (the checker's rows are stride apart, with NaN between them)")
+    return None
+
+
 def ce_reference(x, t, ignore_index=-100):
     """Exercise 06's answers in float64: per-row loss and d sum(loss) / d x, ignored rows 0."""
     from .cross_entropy import reference
@@ -643,9 +676,13 @@ def cases_05(rng, hidden: bool):
                                    R.causal_mask(seq, seq))
         key = f"x{len(out)}"
 
-        def judge(got, ref=ref):
+        z = (hx.astype(np.float16) if dtype == "float16" else hx).astype(np.float64) * scale + R.causal_mask(seq, seq)
+
+        def judge(got, ref=ref, z=z):
             bad = mismatch(got, ref, dtype or "float32")
-            return f"{hint} ({bad})" if bad and hint else bad
+            if bad and hint:
+                return f"{hint} ({bad})"
+            return _with_hint(bad, lambda: diagnose_softmax_rows(got, z))
         out.append((name, "scale_mask_softmax", {key: hx},
                     [_arr(key, **{"as": "torch", **({"dtype": dtype} if dtype else {})}), scale,
                      {"kw": {"causal": True, "q_len": seq}}], judge))
@@ -702,7 +739,8 @@ def cases_05(rng, hidden: bool):
     hx = rng.uniform(-30, 30, size=(5, 77)).astype(np.float32)
     out.append(("no mask, 5 x 77, scale 0.5", "scale_mask_softmax", {"k2": hx},
                 [_arr("k2", **{"as": "torch"}), 0.5, {"kw": {"causal": False}}],
-                lambda got, hx=hx: mismatch(got, R.softmax(hx.astype(np.float64) * 0.5))))
+                lambda got, hx=hx: _with_hint(mismatch(got, R.softmax(hx.astype(np.float64) * 0.5)),
+                                              lambda: diagnose_softmax_rows(got, hx.astype(np.float64) * 0.5))))
     # NaN scores (docs/contract.md): the causal mask replaces what lies above the diagonal, NaN
     # included; a NaN a row sees makes the row NaN
     seq = 40
