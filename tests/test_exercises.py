@@ -993,3 +993,29 @@ def test_the_clock_of_a_timed_check_allows_for_a_busy_machine(tmp_path):
     assert slow.verdict == check.FAIL and "loop" in slow.detail and "trusted array operations took 0.30 s" in slow.detail
     idle = verdict(1.5 * floor, 0.01)                 # the floor holds where the twin is quick
     assert idle.verdict == check.FAIL and f"over the {floor:.1f} s allowed" in idle.detail
+
+
+def test_exercise_05s_normalisation_diagnoses_name_only_their_own_mistake():
+    """check.diagnose_softmax_rows: each wrong output it knows gets its words, a right one none, and
+    rows that overflow exp (no max subtracted) are never taken for rows read at the wrong stride."""
+    rng = np.random.default_rng(3)
+    z = rng.uniform(-20, 20, size=(6, 33))
+    z[3, 10:] = -np.inf                                  # a masked tail
+    right = np.exp(z - z.max(axis=1, keepdims=True))
+    by_max = right.copy()
+    right = right / right.sum(axis=1, keepdims=True)
+    base2 = np.exp2(z - z.max(axis=1, keepdims=True))
+    base2 /= base2.sum(axis=1, keepdims=True)
+    assert check.diagnose_softmax_rows(right, z) is None
+    assert "powers of 2" in check.diagnose_softmax_rows(base2, z)
+    assert "divided by their max" in check.diagnose_softmax_rows(by_max, z)
+    strided = right.copy()
+    strided[2:] = np.nan                                 # rows past the first read across the gap
+    assert "row * stride" in check.diagnose_softmax_rows(strided, z)
+    big = z.copy()
+    big[1:] += 70                                        # exp(x) overflows float32 above 88; row 0 does not
+    with np.errstate(over="ignore", invalid="ignore"):
+        naive = np.exp(big.astype(np.float32))
+        naive = naive / naive.sum(axis=1, keepdims=True)
+    assert np.isnan(naive[1:]).any() and np.allclose(naive[0], right[0], rtol=1e-5)
+    assert "stride" not in (check.diagnose_softmax_rows(naive, big) or "")
