@@ -424,19 +424,20 @@ def diagnose_ce_loss(got, x, t) -> str | None:
     rows = np.flatnonzero(keep & np.isfinite(x).all(axis=1))
     if rows.size:
         xr, tr = x[rows], t[rows]
+        x_t = xr[np.arange(len(rows)), tr]
         m = xr.max(axis=1)
         log_sum = np.log(np.exp(xr - m[:, None]).sum(axis=1))
+        right = m + log_sum - x_t
         for wrong, words in ((m + log_sum - x[0, tr], "the target's logit was read from row 0 (in_ptr + t): read it "
                                                      "from the row's own start, row * stride + t"),
-                             (log_sum - xr[np.arange(len(rows)), tr], "logsumexp is m + log(sum exp(x - m)): the max "
-                                                                       "subtracted before the exp must be added back"),
-                             (m + log_sum / np.log(2) - xr[np.arange(len(rows)), tr],
-                              "logsumexp takes the natural log of the sum (tl.log), not log2"),
-                             (m + np.log(np.exp2(xr - m[:, None]).sum(axis=1)) - xr[np.arange(len(rows)), tr],
+                             (log_sum - x_t, "logsumexp is m + log(sum exp(x - m)): the max subtracted before the "
+                                             "exp must be added back"),
+                             (m + log_sum / np.log(2) - x_t, "logsumexp takes the natural log of the sum (tl.log), "
+                                                             "not log2"),
+                             (m + np.log(np.exp2(xr - m[:, None]).sum(axis=1)) - x_t,
                               "the sum is of exp(x - m), base e: tl.exp2 needs its argument scaled by log2(e) "
                               "(exp(z) = exp2(z * 1.4427))")):
-            if not np.allclose(wrong, m + log_sum - xr[np.arange(len(rows)), tr]) and \
-                    np.allclose(got[rows], wrong, rtol=1e-4, atol=1e-4):
+            if not np.allclose(wrong, right) and np.allclose(got[rows], wrong, rtol=1e-4, atol=1e-4):
                 return words
     # the lanes between the row's end and the next power of two loaded as 0 and summed with the row
     block = 1 << max(0, int(np.ceil(np.log2(x.shape[1]))))
@@ -675,11 +676,10 @@ def cases_05(rng, hidden: bool):
         hx = rng.uniform(lo, hi, size=(seq, seq)).astype(np.float32)
         if scale > 0:  # a fully-masked row (its scores all -inf): zeros, not NaN (-inf * scale is -inf)
             hx[seq // 2] = -np.inf
-        ref = R.scale_mask_softmax(hx.astype(np.float16).astype(np.float64) if dtype == "float16" else hx, scale,
-                                   R.causal_mask(seq, seq))
+        seen = (hx.astype(np.float16) if dtype == "float16" else hx).astype(np.float64)  # what the kernel reads
+        ref = R.scale_mask_softmax(seen, scale, R.causal_mask(seq, seq))
+        z = seen * scale + R.causal_mask(seq, seq)   # the scores its softmax sees, for the diagnoses
         key = f"x{len(out)}"
-
-        z = (hx.astype(np.float16) if dtype == "float16" else hx).astype(np.float64) * scale + R.causal_mask(seq, seq)
 
         def judge(got, ref=ref, z=z):
             bad = mismatch(got, ref, dtype or "float32")
