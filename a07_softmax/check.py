@@ -1049,12 +1049,51 @@ def _attention_rows(q, k, v, q_start, causal, n_keys, *, mistake=None, tile=None
     s = np.where(keep, q @ k.T / np.sqrt(q.shape[1]), -np.inf)
     if mistake is not None:  # the tiles the exercise's loop visits: keys [0, end)
         end = min(n_keys, q_start + q.shape[0]) if causal else n_keys
-        return np.stack([R.attention_row_tiled(row[:end], v[:end], tile, mistake=mistake) for row in s])
+        def tiled(row):
+            try:
+                return R.attention_row_tiled(row[:end], v[:end], tile, mistake=mistake)
+            except OverflowError:   # the mistake's factor overflowed (math.exp): NumPy's loop would give inf
+                return np.full(v.shape[1], np.inf)
+        return np.stack([tiled(row) for row in s])
     out = np.zeros((q.shape[0], v.shape[1]))
     live = keep.any(axis=1)
     if live.any():
         out[live] = R.softmax(s[live], axis=1) @ v
     return out
+
+
+# Two mistakes in the max that the per-row signatures (reference.attention_row_tiled) cannot make:
+# each is exact in arithmetic for any shift, and shows only where exp under- or overflows.
+BLOCK_MAX_MISTAKES = {
+    "one max for the block": (
+        "one max was taken over the whole block (s.max()) where each row needs its own (s.max(axis=1)); "
+        "a row whose scores lie far below that max sees every exp underflow to 0"),
+    "the first tile's max kept": (
+        "the max was set by the first tile that shows a key and never raised after: a later tile's score far above "
+        "it overflows exp(s - m) to inf (inf / inf is NaN); the new max is max(m, the tile's max) on every tile"),
+}
+
+
+def _attention_loop(q, k, v, q_start, causal, n_keys, tile, mistake):
+    """The tiled loop over a block of rows making `mistake` (a key of BLOCK_MAX_MISTAKES) on purpose:
+    its output, to recognise the mistake in an answer."""
+    rows = q_start + np.arange(q.shape[0])
+    end = min(n_keys, q_start + q.shape[0]) if causal else n_keys
+    m, l, o = np.full(q.shape[0], -np.inf), np.zeros(q.shape[0]), np.zeros((q.shape[0], v.shape[1]))
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        for start in range(0, end, tile):
+            cols = np.arange(start, min(start + tile, end))
+            keep = (cols[None, :] < n_keys) & ((cols[None, :] <= rows[:, None]) if causal else True)
+            s = np.where(keep, q @ k[cols].T / np.sqrt(q.shape[1]), -np.inf)
+            if mistake == "one max for the block":
+                m_new = np.maximum(m, s.max())
+            else:
+                m_new = np.where(np.isneginf(m), s.max(axis=1), m)
+            ref = np.where(np.isneginf(m_new), 0.0, m_new)
+            a = np.exp(m - ref)
+            p = np.exp(s - ref[:, None])
+            l, o, m = l * a + p.sum(axis=1), o * a[:, None] + p @ v[cols], m_new
+        return o / np.where(l == 0, 1.0, l)[:, None]
 
 
 def cases_07(rng, hidden: bool):
@@ -1084,7 +1123,12 @@ def cases_07(rng, hidden: bool):
               ("causal, the middle block again, keys past its end finite (any NaN is the update's)",
                48, 16, 8, 16, True, 48, 16, "clean"),
               ("key padding: 5 valid keys, every score about -1e34 (finite, so not masked: each row averages "
-               "their values)", 40, 16, 8, 0, False, 5, 8, "very negative")]
+               "their values)", 40, 16, 8, 0, False, 5, 8, "very negative"),
+              ("causal, every other row's scores about 900 below its neighbours' (each row has its own max)",
+               48, 16, 8, 16, True, 48, 16, "rows apart"),
+              ("causal, keys 24 and 56 scoring 400 and 800 over keys near 0 in odd rows, half that in even ones "
+               "(the max rises on later tiles)",
+               64, 16, 8, 48, True, 64, 16, "rising late")]
     if hidden:
         s_len = int(rng.integers(20, 200))
         blocks.append(("hidden random block", s_len, 16, 16, int(rng.integers(0, s_len // 16)) * 16, True,
@@ -1105,7 +1149,18 @@ def cases_07(rng, hidden: bool):
         elif rising == "very negative":  # equal keys: every row's scores equal, finite and far below -1e30
             q = np.abs(q) + 0.1
             k[:] = -1e34
+        elif rising == "rising late":  # scores near 0, then a key at 400 in the second tile and one at 800 in
+            q = 1.0 + 0.01 * q             # the last: only a max left behind by two rises overflows exp, and
+            q[::2] *= 0.5                  # only in the odd rows (the even ones see half the scores)
+            k = 0.1 * k * np.sqrt(d) / d
+            k[24] = 400.0 * np.sqrt(d) / d
+            k[56] = 800.0 * np.sqrt(d) / d
+        elif rising == "rows apart":  # a column of k that is constant lifts or lowers a row by q[:, 0]
+            k[:, 0] = np.sqrt(d)
+            q[:, 0] = np.where(np.arange(m_rows) % 2 == 1, -900.0, 0.0)
         want = _attention_rows(q, k, v, q0, causal, n)
+        loops = [(_attention_loop(q, k, v, q0, causal, n, tile, mistake), words)
+                 for mistake, words in BLOCK_MAX_MISTAKES.items()]
         sigs = [(_attention_rows(q, k, v, q0, causal, n, mistake=mistake, tile=tile), words) for mistake, words in (
             ("o not rescaled", "o was not rescaled when the max moved: multiply o by exp(m_old - m_new), as l is"),
             ("l not rescaled", "l was not rescaled when the max moved: multiply it by exp(m_old - m_new)"),
@@ -1134,13 +1189,17 @@ def cases_07(rng, hidden: bool):
             k[end:], v[end:] = np.nan, np.nan
 
         def judge(got, want=want, sigs=sigs, end=end, s_len=s_len, clean=rising == "clean",
-                  very_negative=rising == "very negative"):
+                  very_negative=rising == "very negative", loops=loops):
             got = np.asarray(got, dtype=np.float64)
             if got.shape != want.shape:
                 return f"output shape {got.shape}, expected {want.shape}"
             if np.isnan(got).any():
                 r = int(np.argwhere(np.isnan(got))[0][0])
-                for sig, words in sigs:   # a mistake whose own NaN lands where the answer's does
+                # the mistake whose output the answer is, else one whose own NaN lands where the answer's does
+                for sig, words in [*sigs, *loops]:
+                    if np.allclose(got, sig, rtol=1e-6, atol=1e-9, equal_nan=True):
+                        return f"{words} (row {r} came out NaN)"
+                for sig, words in [*sigs, *loops]:
                     if np.isnan(sig).any() and np.array_equal(np.isnan(sig), np.isnan(got)):
                         return f"{words} (row {r} came out NaN)"
                 if clean or end >= s_len:
@@ -1161,6 +1220,9 @@ def cases_07(rng, hidden: bool):
             if bad is None:
                 return None
             zeroed = ~dead & ~got.any(axis=1)
+            for sig, words in loops:
+                if np.allclose(got, sig, rtol=1e-6, atol=1e-9) and not np.allclose(sig, want, rtol=1e-6, atol=1e-9):
+                    return f"{words} ({bad})"
             if zeroed.any() and very_negative:
                 return (f"row {int(np.flatnonzero(zeroed)[0])} came out zeros, as a row that sees no key would, but "
                         f"it sees keys (their scores are finite, about -1e34): {FINITE_IS_NOT_MASKED} ({bad})")

@@ -286,6 +286,10 @@ RIGHT_07 = {
         "        p = np.exp(s - m_ref[:, None])\n",
         "        p = np.empty_like(s)\n        for r in range(s.shape[0]):\n            row = s[r]\n"
         "            p[r] = np.exp(row - m_ref[r])\n"),
+    "the guard by nan_to_num on the factor and the exponentials": _UPDATE_07.replace(
+        "        m_ref = np.where(np.isneginf(m_new), 0.0, m_new)   # no visible key yet: never -inf - -inf\n"
+        "        alpha = np.exp(m - m_ref)\n        p = np.exp(s - m_ref[:, None])\n",
+        "        alpha = np.nan_to_num(np.exp(m - m_new), nan=1.0)\n        p = np.nan_to_num(np.exp(s - m_new[:, None]))\n"),
     "augmented assignments": _UPDATE_07.replace("        l = l * alpha + p.sum(axis=1)\n",
                                                 "        l *= alpha\n        l += p.sum(axis=1)\n"),
 }
@@ -587,6 +591,13 @@ WRONG = {
         # O(keys) memory, not the online recurrence (judged from the source)
         "every tile kept, the softmax recomputed over them": (_edit("07", _UPDATE_07, _KEEP_TILES_07), "carries `vals`"),
         "a list of tiles filled tile by tile": (_edit("07", _UPDATE_07, _LIST_OF_TILES_07), "carries `acc`"),
+        # exact in arithmetic for any shift: only rows far apart (underflow) and a max that rises twice
+        # (overflow) tell them, and each must be named, not taken for another mistake
+        "one max for the whole block (s.max())": (_edit("07", "m_new = np.maximum(m, s.max(axis=1))",
+                                                        "m_new = np.maximum(m, s.max())"), "each row needs its own"),
+        "the max set by the first tile and kept": (_edit("07", "m_new = np.maximum(m, s.max(axis=1))",
+                                                         "m_new = np.where(np.isneginf(m), s.max(axis=1), m)"),
+                                                   "never raised after"),
     },
     "01": {
         "no max subtraction": (_edit("01", "fast_exp(xr[c] - m)", "fast_exp(xr[c])"), "100.0"),
@@ -897,6 +908,7 @@ def test_the_checkers_kernel_signatures_are_the_scaffolds_and_names_by_position_
 
 @pytest.mark.parametrize("name", sorted(RIGHT_07))
 def test_a_right_answer_written_otherwise_passes_exercise_07(tmp_path, name):
+    assert RIGHT_07[name] != _UPDATE_07, "the variant's replace matched nothing: it would test the solution"
     f = tmp_path / check.EXERCISES["07"]
     f.write_text(_edit("07", _UPDATE_07, RIGHT_07[name]))
     results = check.run_check("07", f, timeout=120)
