@@ -309,12 +309,28 @@ def check_attention_row(fn) -> Verdict:
             (40, 8, "random scores, five tiles", "o accumulates exp(x - m) V for each tile"),
             (13, 5, "a last tile shorter than the others", "the tail tile counts its keys only"),
             (6, 6, "one tile", "a single tile is a plain softmax @ V"),
+            # any reference point is exact in arithmetic: only exp's range tells these three apart
+            (12, 4, "scores near 1000",
+             "exp(1000) overflows: every exponential is taken against the running max, exp(x - m)"),
+            (12, 4, "scores near 0, then 400 in the second tile and 800 in the third",
+             "the max is raised on every tile, m' = max(m, max of the tile): a max left at an earlier "
+             "tile's lets exp(x - m) overflow"),
+            (12, 4, "a first tile at 800, every later score near -100",
+             "the running max never falls, m' = max(m, max of the tile): the tile's own max makes "
+             "exp(m - m') overflow"),
             (10, 4, "every score the lowest finite float32",
              "finite scores are scores, however low: the row averages V; only a max of exactly -inf means no "
              "key is visible (a guard on \"very negative\" skips these tiles)")):
         scores = rng.normal(0, 4, size=n)
         if what.startswith("scores rising"):
             scores = np.sort(scores) * 3
+        if what == "scores near 1000":
+            scores = 1000 + scores
+        if what.startswith("scores near 0, then"):
+            scores[5], scores[9] = 400.0, 800.0
+        if what.startswith("a first tile at 800"):
+            scores = -100 + scores
+            scores[1] = 800.0
         if what.startswith("every score the lowest"):
             scores = np.full(n, LOWEST)
         V = rng.normal(size=(n, 3))

@@ -45,11 +45,11 @@ def combine(a, b):
     return m, a[1] * math.exp(a[0] - m) + b[1] * math.exp(b[0] - m)
 
 
-def attention(scores, V, tile, rescale_o=True):
+def attention(scores, V, tile, rescale_o=True, new_max=lambda m, tile_max: max(m, tile_max)):
     m, s, o = -np.inf, 0.0, np.zeros(V.shape[1])
     for i in range(0, len(scores), tile):
         x, v = scores[i:i + tile], V[i:i + tile]
-        m2 = max(m, x.max())
+        m2 = new_max(m, x.max())
         e = np.exp(x - m2)
         s, o, m = s * np.exp(m - m2) + e.sum(), (o * np.exp(m - m2) if rescale_o else o) + e @ v, m2
     return o / s
@@ -153,6 +153,11 @@ WRONG = [
     (inline.check_attention_row, lambda s, V, t: np.zeros(V.shape[1]) if s.max() < -1e30 else attention(s, V, t),
      "however low"),
     (inline.check_attention_row, lambda s, V, t: attention(s, V, t, rescale_o=False), "rescale o"),
+    # exact in arithmetic for any reference point: only exp's range shows these
+    (inline.check_attention_row, lambda s, V, t: attention(s, V, t, new_max=lambda m, tm: tm if m == -np.inf else m),
+     "raised on every tile"),
+    (inline.check_attention_row, lambda s, V, t: attention(s, V, t, new_max=lambda m, tm: tm), "never falls"),
+    (inline.check_attention_row, lambda s, V, t: attention(s, V, t, new_max=lambda m, tm: 0.0), "exp(1000) overflows"),
     (inline.check_attention_row, lambda s, V, t: attention(s[:len(s) // t * t], V[:len(s) // t * t], t), "tail"),
     (inline.check_traversals, lambda k: inline.R.TRAFFIC[k].reads, "write"),
     (inline.check_causal_keep, lambda q, c: np.arange(c) < q, "sees itself"),
