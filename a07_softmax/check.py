@@ -271,9 +271,15 @@ def diagnose_inf_seen(got, x, visible=None) -> str | None:
     got = got.reshape(len(x), -1)
     seen = np.isposinf(x) & (np.ones(x.shape, dtype=bool) if visible is None else visible)
     for r in np.flatnonzero(seen.any(axis=1)):
-        if not np.isnan(got[r]).all():
+        if np.isnan(got[r]).any() and not np.isnan(got[r]).all():
+            # the +inf made a NaN where it stood and nowhere else: exp(inf - c) / inf with c finite
+            return (f"row {r} sees a score of +inf (col {int(np.flatnonzero(seen[r])[0])}) and came out NaN there "
+                    "alone: the number subtracted before exp was not the row's max, which is +inf (inf - inf makes "
+                    "every output NaN, as torch.softmax's). Either a guard that takes any infinite max for a masked "
+                    "row (isinf) put 0 in its place (test m == -inf alone), or what was subtracted was not max(x)")
+        if not np.isnan(got[r]).any():
             return (f"row {r} sees a score of +inf (col {int(np.flatnonzero(seen[r])[0])}): every output of the row "
-                    "is NaN (inf - inf), as torch.softmax's, and some of yours are numbers: a guard that takes any "
+                    "is NaN (inf - inf), as torch.softmax's, and yours are numbers: a guard that takes any "
                     "infinite max for a masked row (isinf), or a test on the output, hides it; test m == -inf alone")
     return None
 
@@ -324,12 +330,28 @@ def diagnose_softmax_rows(got, z) -> str | None:
     # (or writes) across that gap from row 1 on, while row 0 is right. Only rows whose scores stay
     # below exp's overflow (88 in float32) count: there a missing max subtraction gives NaN too
     first_ok = np.allclose(got[0], right[0], rtol=1e-3, atol=1e-6, equal_nan=True)
-    with np.errstate(invalid="ignore"):
-        tame = np.where(np.isfinite(z), np.abs(z), 0.0).max(axis=1) < 80
+    with np.errstate(invalid="ignore"):   # no reference among the row's own scores can overflow exp there
+        finite_z = np.isfinite(z)
+        tame = (np.where(finite_z, np.abs(z), 0.0).max(axis=1) < 40) & \
+            (np.where(finite_z, z, -np.inf).max(axis=1) - np.where(finite_z, z, np.inf).min(axis=1) < 80)
     later = np.flatnonzero((np.isnan(got[1:]).any(axis=1) & ~np.isnan(right[1:]).any(axis=1)) & tame[1:]) + 1
     if first_ok and later.size:
         return (f"row 0 is right and row {int(later[0])} came out NaN: a row starts at row * stride, not at "
                 "row * n_cols (the checker's rows are stride apart, with NaN between them)")
+    # a row whose scores it sees are finite, with at least one visible, never comes out NaN or all
+    # zeros: exp(z - max z) has its largest term exp(0) = 1. With any other reference (none, the first
+    # score, the mean, the max before the scale) the terms overflow to inf (inf / inf) or underflow to 0
+    # (0 / 0) once the row's scores spread wider than float32's exp range
+    with np.errstate(invalid="ignore"):
+        finite_row = np.isfinite(m).ravel() & ~np.isnan(z).any(axis=1) & ~np.isposinf(z).any(axis=1)
+    lost = np.flatnonzero(finite_row & (np.isnan(got).any(axis=1) | ~got.any(axis=1)))
+    if lost.size:
+        r = int(lost[0])
+        seen = z[r][np.isfinite(z[r])]
+        return (f"row {r} came out {'NaN' if np.isnan(got[r]).any() else 'zeros'} though its scores are finite "
+                f"(from {seen.min():.4g} to {seen.max():.4g} after the scale and the mask): exp overflowed or "
+                "underflowed everywhere. Subtract the max of the row's scores as the softmax sees them (scaled, "
+                "masked): every exponent is then at most 0 and one of them is exactly 0")
     return None
 
 
@@ -704,7 +726,8 @@ def cases_05(rng, hidden: bool):
                 "row's visible keys gets 1 / (keys visible)")
     causal(48, -3.0, -30, 30, "a negative scale (-3), causal, logits in [-30, 30]",
            hint="with scale < 0 the max to subtract is that of x * scale, (min x) * scale: scale first, then take "
-                "the max (exp((x - max x) * scale) overflows here)")
+                "the max (exp((x - max x) * scale) overflows here); if a case with a positive scale fails too, what "
+                "is subtracted is not the max of the row as the softmax sees it (scaled, masked) at all")
     hx = rng.normal(size=(2, 8)).astype(np.float32)
     by_row = R.softmax(np.where(np.arange(8)[None, :] <= np.arange(2)[:, None], hx.astype(np.float64), -np.inf))
     out.append(("only key 0 visible (q_len 1): one-hot rows", "scale_mask_softmax", {"k1": hx},

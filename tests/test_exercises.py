@@ -424,6 +424,14 @@ WRONG = {
         "max of the raw scores times the scale": (_edit("05", ".to(tl.float32) * scale", ".to(tl.float32)").replace(
             "    m = tl.max(x, axis=0)", "    m = tl.max(x, axis=0) * scale\n    x = x * scale"),
             "with scale < 0 the max to subtract"),
+        # a reference other than the row's max: exact in arithmetic, told only where exp's range ends
+        "the row's first score subtracted, not its max": (_edit(
+            "05", "    m = tl.max(x, axis=0)", "    m = tl.load(in_ptr + row * stride).to(tl.float32) * scale"),
+            "exp overflowed or underflowed everywhere"),
+        "the row's mean subtracted, not its max": (_edit(
+            "05", "    m = tl.max(x, axis=0)",
+            "    m = tl.sum(tl.where(keep, x, 0.0), axis=0) / tl.maximum(tl.sum(keep.to(tl.float32), axis=0), 1.0)"),
+            "not the max of the row as the softmax sees it"),
         "rows found by n_cols, not the stride": (_edit("05", "row * stride", "row * n_cols"),
                                                  "a row starts at row * stride"),
         "causal query taken as the row index": (_edit("05", "cols <= row % q_len", "cols <= row"), "row % q_len"),
