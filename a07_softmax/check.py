@@ -397,11 +397,23 @@ def diagnose_log_softmax(got, x) -> str | None:
         m = x.max(axis=1)
         # -inf where the answer is finite and far below 0: the log of a probability that underflowed
         # (log(exp(z) / s) is log(0) once z = x - m < -104 in float32)
-        taken = np.isfinite(x).all(axis=1) & np.isneginf(got).all(axis=1)
+        taken = np.isfinite(x).all(axis=1) & np.isneginf(got).all(axis=1) & (m < -1e30)
         if taken.any():
             r = int(np.flatnonzero(taken)[0])
             return (f"row {r} came out -inf everywhere, as a masked row would, but its scores are finite (down to "
                     f"{x[r].min():.3g}): {FINITE_IS_NOT_MASKED}")
+        # a row of finite scores never comes out NaN, +inf or -inf everywhere: with z = x - max(x) every
+        # exp lies in [0, 1], one of them 1, and their sum in [1, cols]. Any other reference lets the sum
+        # overflow (inf - inf) or underflow (log 0)
+        lost = np.isfinite(x).all(axis=1) & ((np.isnan(got) | np.isposinf(got)).any(axis=1) |
+                                             np.isneginf(got).all(axis=1))
+        if lost.any():
+            r = int(np.flatnonzero(lost)[0])
+            came = "NaN" if np.isnan(got[r]).any() else "+inf" if np.isposinf(got[r]).any() else "-inf everywhere"
+            return (f"row {r} came out {came} though its logits are finite "
+                    f"(from {x[r].min():.4g} to {x[r].max():.4g}): exp over- or underflowed (a sum of inf or 0), so "
+                    "what was subtracted before it was not the row's max; with z = x - max(x) every exp(z) is at "
+                    "most 1 and one of them is 1")
         gone = np.isneginf(got) & np.isfinite(x) & (x - m[:, None] < -80)
         if gone.any():
             r, c = (int(v) for v in np.argwhere(gone)[0])
@@ -432,9 +444,10 @@ def diagnose_ce_loss(got, x, t) -> str | None:
     if not np.isfinite(got[keep]).all():
         r = int(np.flatnonzero(keep & ~np.isfinite(got))[0])
         if np.isfinite(x[r]).all() and np.isposinf(got[r]) and x[r].max() - x[r, t[r]] > 87:
-            return (f"row {r}'s loss came out inf where it is {x[r].max() - x[r, t[r]]:.0f} or so: its target's "
-                    "probability underflows to 0 in float32, so -log(softmax[t]) is inf; take the loss as "
-                    "logsumexp - x[t], from the logits")
+            return (f"row {r}'s loss came out inf where it is {x[r].max() - x[r, t[r]]:.0f} or so. Either its "
+                    "target's probability underflows to 0 in float32, so -log(softmax[t]) is inf: take the loss as "
+                    "logsumexp - x[t], from the logits; or exp(x - m) overflowed in logsumexp because m was not "
+                    "the row's max (tl.max over the row, the lanes past its end loaded as -inf)")
         if np.isnan(got[r]) and np.isfinite(x[r, t[r]]):
             # exp without the max overflows to inf, and inf - x_t is inf: a NaN with a finite target
             # logit comes from 0 * -inf, the lanes past the row's end (loaded as -inf) or a masked
@@ -839,6 +852,15 @@ def cases_06(rng, hidden: bool):
     lsm(5, 77, -30, 30, "log_softmax, 5 x 77, row 1 fully masked (-inf everywhere)")
     lsm(3, 1000, 60, 100, "log_softmax of logits 60-100 (exp overflows fp32 without the max)")
     lsm(3, 3, -300, -200, "log_softmax of logits below -200 (log(0) without the max)")
+    # any number subtracted before exp is exact in arithmetic; only the max keeps every exp in range. A
+    # reference other than the max (the first logit, the mean) overflows where the row's first logit lies
+    # 150 below its max, a lead the other cases leave to chance
+    hx = rng.uniform(-20, 20, size=(4, 70)).astype(np.float32)
+    hx[:, 0] -= 150
+    items.append(("log_softmax, 4 x 70, each row's first logit 150 below the rest", "log_softmax", {"lf": hx},
+                  [_arr("lf", **{"as": "torch"})],
+                  lambda got, ref=R.log_softmax(hx.astype(np.float64)), hx=hx: _with_hint(
+                      mismatch(got, ref, log=True), lambda: diagnose_log_softmax(got, hx))))
     # a row spread over 300: exp(x - m) underflows to 0 where x - m < -104, where log_softmax is
     # still finite; and a padding row of the lowest finite float32, which is uniform (-log cols), not
     # a masked row (a guard that takes "very negative" for -inf turns it into one)

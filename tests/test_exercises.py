@@ -466,6 +466,14 @@ WRONG = {
         "ignored rows found by a negative target": (_edit("06", "    ignored = t == ignore_index\n",
                                                           "    ignored = t < 0\n"), "compare the target with ignore_index"),
         "no max subtraction": (_edit("06", '    z = x - tl.where(m == -float("inf"), 0.0, m)\n', "    z = x\n"), "60-100"),
+        # a reference other than the max, in log_softmax and in the loss: exact in arithmetic, told only where
+        # exp's range ends (a first logit 150 below the rest; a logit of 95)
+        "log_softmax: the row's first logit subtracted, not its max": (_edit(
+            "06", "    m = tl.max(x, axis=0)                # on a GPU it drops NaN: a row of NaN and -inf gets -inf\n",
+            "    m = tl.load(in_ptr + row * stride).to(tl.float32)\n"), "what was subtracted before it was not the row's max"),
+        "the loss: the target's logit subtracted before exp, not the max": (_edit(
+            "06", "    m = tl.max(x, axis=0)\n    e = tl.exp(x - m)",
+            "    m = tl.sum(tl.where(cols == t, x, 0.0), axis=0)\n    e = tl.exp(x - m)"), "because m was not the row's max"),
         "fully-masked row without the guard": (_edit("06", '    z = x - tl.where(m == -float("inf"), 0.0, m)\n', "    z = x - m\n").replace(
             'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))', "y = z - tl.log(s)"), "fully masked"),
         "log of the sum forgotten": (_edit("06", 'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))',
