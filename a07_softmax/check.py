@@ -338,20 +338,27 @@ def diagnose_softmax_rows(got, z) -> str | None:
     if first_ok and later.size:
         return (f"row 0 is right and row {int(later[0])} came out NaN: a row starts at row * stride, not at "
                 "row * n_cols (the checker's rows are stride apart, with NaN between them)")
-    # a row whose scores it sees are finite, with at least one visible, never comes out NaN or all
-    # zeros: exp(z - max z) has its largest term exp(0) = 1. With any other reference (none, the first
-    # score, the mean, the max before the scale) the terms overflow to inf (inf / inf) or underflow to 0
-    # (0 / 0) once the row's scores spread wider than float32's exp range
+    return diagnose_exp_range(got, z)
+
+
+def diagnose_exp_range(got, z) -> str | None:
+    """A reference other than the row's max (none, the first score, the mean, the max before the
+    scale), recognised where it shows: a row whose scores the softmax sees (z, float64, masked ones
+    -inf) are finite, with at least one visible, never comes out NaN or all zeros, since exp(z - max z)
+    has its largest term exp(0) = 1. Any other reference makes the terms overflow to inf (inf / inf)
+    or underflow to 0 (0 / 0) once the row's scores spread wider than float32's exp range."""
+    got, z = np.asarray(got, dtype=np.float64), np.asarray(z, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        finite_row = np.isfinite(m).ravel() & ~np.isnan(z).any(axis=1) & ~np.isposinf(z).any(axis=1)
+        m = z.max(axis=1)
+        finite_row = np.isfinite(m) & ~np.isnan(z).any(axis=1) & ~np.isposinf(z).any(axis=1)
     lost = np.flatnonzero(finite_row & (np.isnan(got).any(axis=1) | ~got.any(axis=1)))
     if lost.size:
         r = int(lost[0])
         seen = z[r][np.isfinite(z[r])]
         return (f"row {r} came out {'NaN' if np.isnan(got[r]).any() else 'zeros'} though its scores are finite "
-                f"(from {seen.min():.4g} to {seen.max():.4g} after the scale and the mask): exp overflowed or "
-                "underflowed everywhere. Subtract the max of the row's scores as the softmax sees them (scaled, "
-                "masked): every exponent is then at most 0 and one of them is exactly 0")
+                f"(from {seen.min():.4g} to {seen.max():.4g} as the softmax sees them): exp overflowed or "
+                "underflowed everywhere. Subtract the max of the row's scores as the softmax sees them (after any "
+                "scale and mask): every exponent is then at most 0 and one of them is exactly 0")
     return None
 
 
@@ -988,8 +995,9 @@ def cases_cuda(number: str, rng, hidden: bool):
                               {"kernel": "safe_softmax", "grid": [min(rows, 1024)], "block": [BLOCK],
                                "args": [_arr(f"x{k}", **{"as": "cupy"}), {"out": [rows, cols]}, {"int32": rows},
                                         {"int32": cols}], "out_index": 1},
-                              lambda got, ref=ref, hx=hx: _with_hint(mismatch(got, ref),
-                                                                     lambda: diagnose_block_reduction(got, hx, BLOCK)),
+                              lambda got, ref=ref, hx=hx: _with_hint(
+                                  mismatch(got, ref),
+                                  lambda: diagnose_block_reduction(got, hx, BLOCK) or diagnose_exp_range(got, hx)),
                               {f"x{k}": hx}, hidden=k >= 6))
         return cases
 

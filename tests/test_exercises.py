@@ -619,6 +619,11 @@ WRONG = {
         "no max subtraction": (_edit("01", "fast_exp(xr[c] - m)", "fast_exp(xr[c])"), "100.0"),
         "thread-local max": (_edit("01", "    m = block_max(m);\n", ""), "each thread used its own max"),
         "thread-local sum": (_edit("01", "    s = block_sum(s);\n", ""), "its own partial sum"),
+        # a reference other than the row's max: right wherever exp stays in range
+        "the row's first score as the max": (_edit("01", "    m = block_max(m);\n", "    m = xr[0];\n"),
+                                             "exp overflowed or underflowed everywhere"),
+        "the max clamped at 0": (_edit("01", "    m = block_max(m);\n", "    m = block_max(m);\n    m = m > 0.0f ? m : 0.0f;\n"),
+                                 "exp overflowed or underflowed everywhere"),
         "includes the solution": ('#include "../solutions/01_safe_softmax.cu"\n', "course headers"),
         "includes it through a macro": ('#define S "../solutions/01_safe_softmax.cu"\n#include S\n', "course headers"),
         # on the CPU target these two are named (a deadlock, a write past the end); on a GPU they show
