@@ -781,7 +781,9 @@ def cases_05(rng, hidden: bool):
                 lambda got, hx=hx: _with_hint(
                     mismatch(got, R.softmax(hx.astype(np.float64))),
                     lambda: "row 1 came out zeros, as a masked row would, but its scores are finite (all "
-                            f"{hx[1, 0]:.3g}): {FINITE_IS_NOT_MASKED}" if np.all(np.asarray(got)[1] == 0) else None)))
+                            f"{hx[1, 0]:.3g}): {FINITE_IS_NOT_MASKED}; or what is subtracted is not the row's max "
+                            "(their sum or mean overflows float32 to -inf here, and the guard then reads -inf)"
+                            if np.all(np.asarray(got)[1] == 0) else diagnose_exp_range(got, hx.astype(np.float64)))))
     hx = rng.uniform(-30, 30, size=(5, 77)).astype(np.float32)
     out.append(("no mask, 5 x 77, scale 0.5", "scale_mask_softmax", {"k2": hx},
                 [_arr("k2", **{"as": "torch"}), 0.5, {"kw": {"causal": False}}],
