@@ -195,7 +195,11 @@ def use_interpreter(force: bool = False) -> bool:
         os.environ["TRITON_INTERPRET"] = "1"
     elif "TRITON_INTERPRET" not in os.environ and not detect().torch_gpu:
         os.environ["TRITON_INTERPRET"] = "1"
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    on = os.environ.get("TRITON_INTERPRET") == "1"
+    if on:
+        from .triton_compat import fix_interpreter_for_numpy
+        fix_interpreter_for_numpy()
+    return on
 
 
 TRITON_MISSING = ("triton is not installed here (it ships for Linux only): the cells that launch Triton kernels "

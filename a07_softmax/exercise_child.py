@@ -131,6 +131,13 @@ def main(request_path):
     req = json.load(open(request_path))
     if req.get("interpret"):
         os.environ["TRITON_INTERPRET"] = "1"
+        # trusted, copied beside this file by sandbox.py (the course package is out of reach here)
+        import importlib.util
+        spec = importlib.util.spec_from_file_location(
+            "triton_compat", os.path.join(os.path.dirname(os.path.abspath(__file__)), "triton_compat.py"))
+        compat = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(compat)
+        compat.fix_interpreter_for_numpy()
     import numpy as np
 
     folder = os.path.join(box, "inputs")

@@ -108,6 +108,7 @@ def run_child(box: Path, request: dict, timeout: float, *, gpu: bool, hide=(), m
     """Run exercise_child.py in `box` on `request` (written to box/request.json). on_progress(call id)
     is called as the child starts each call (read from its progress file while it runs)."""
     shutil.copy(CHILD, box / "exercise_child.py")
+    shutil.copy(CHILD.parent / "triton_compat.py", box / "triton_compat.py")
     (box / "request.json").write_text(json.dumps(request))
     out_dir = box / "outputs"
     out_dir.mkdir(exist_ok=True)
