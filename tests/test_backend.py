@@ -92,6 +92,24 @@ def test_no_gpu_switches_the_interpreter_on_and_an_explicit_choice_wins(monkeypa
     assert backend.use_interpreter() is True and gpu.triton_device == "cpu" and gpu.native
 
 
+def test_the_interpreter_runs_a_loop_to_a_runtime_bound_on_this_triton_and_numpy():
+    """use_interpreter() on any triton and NumPy: triton < 3.8's interpreter turned a one-element array
+    into an int in a way NumPy 2.4 refuses (triton-lang/triton#9171), so every loop whose bound is a
+    kernel argument failed there; use_interpreter() mends it. A fresh process forced into the
+    interpreter (on a GPU machine too), running the online softmax (tl.range to n_cols) on a CPU
+    tensor."""
+    pytest.importorskip("triton", reason="triton is not installed here (Linux only): no interpreter to run")
+    code = ("import torch, a07_softmax\n"
+            "assert a07_softmax.use_interpreter()\n"
+            "from a07_softmax import triton_softmax as T\n"
+            "x = torch.randn(3, 300) * 20\n"
+            "torch.testing.assert_close(T.softmax_online(x, tile=64), torch.softmax(x.double(), 1).float())\n"
+            "print('RAN')\n")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert "RAN" in p.stdout, p.stderr[-3000:]
+
+
 def test_labs_table_covers_every_lab():
     names = " ".join(lab for lab, _, _ in backend.labs())
     for lab in ("Lab 1", "Lab 2", "Lab 3", "Benchmark"):
