@@ -284,9 +284,11 @@ def diagnose_inf_seen(got, x, visible=None) -> str | None:
     return None
 
 
-def diagnose_mask(got, ref) -> str | None:
+def diagnose_mask(got, ref, x=None) -> str | None:
     """Exercise 02's masking mistakes: a masked score that got probability, or a row whose unmasked
-    probabilities do not sum to 1 (the statistics saw masked scores)."""
+    probabilities do not sum to 1: the statistics saw masked scores (recognised as the softmax over
+    every key of x, masked ones included, where x is given), or the outputs subtract another number
+    than the max their sum was formed with (each row the right answer times one factor)."""
     got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     masked = ref == 0.0
     leaked = masked & (np.abs(got) > 0) & ~np.all(masked, axis=1, keepdims=True)
@@ -294,13 +296,32 @@ def diagnose_mask(got, ref) -> str | None:
         i, j = (int(v) for v in np.argwhere(leaked)[0])
         return (f"row {i}, col {j} is masked but got probability {got[i, j]:.3g}: a masked score must come out as "
                 "exactly 0, so apply the mask in the loop that writes the outputs too")
-    live = ~np.all(masked, axis=1)
-    sums = got[live].sum(axis=1)
-    if np.isfinite(sums).all() and (np.abs(sums - 1) > 1e-3).any():
-        k = int(np.flatnonzero(np.abs(sums - 1) > 1e-3)[0])
-        return (f"row {int(np.flatnonzero(live)[k])} sums to {sums[k]:.4g}, not 1: the max and the sum included "
-                "masked scores; mask them in the statistics loop too")
-    return None
+    rows = np.flatnonzero(~np.all(masked, axis=1))
+    sums = got[rows].sum(axis=1)
+    off = np.flatnonzero(np.abs(sums - 1) > 1e-3)
+    if not np.isfinite(sums).all() or not off.size:
+        return None
+    k = int(off[0])
+    stats_words = (f"row {int(rows[k])} sums to {sums[k]:.4g}, not 1: the max and the sum included masked scores; "
+                   "mask them in the statistics loop too")
+    if x is not None:
+        with np.errstate(all="ignore"):
+            x = np.asarray(x, dtype=np.float64)[rows]
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            over_all_keys = np.where(masked[rows], 0.0, e / e.sum(axis=1, keepdims=True))
+        if np.allclose(got[rows], over_all_keys, rtol=1e-4, atol=1e-7):
+            return stats_words
+    with np.errstate(all="ignore"):
+        ratio = np.where(masked[rows], np.nan, got[rows] / ref[rows])
+        lo, hi = np.nanmin(ratio, axis=1), np.nanmax(ratio, axis=1)
+    one_factor = (np.abs(hi - lo) <= 1e-3 * np.abs(hi)) & np.isfinite(hi) & (hi > 0)
+    if one_factor[k] and (x is not None or sums[k] > 1 + 1e-3 or not masked[rows[k]].any()):
+        # masked scores in the statistics only add to the sum (a sum below 1, and never in a row with
+        # nothing masked); a row scaled by one factor otherwise is exp(x - c) / sum exp(x - m)
+        return (f"row {int(rows[k])} is the softmax times {hi[k]:.4g} (it sums to {sums[k]:.4g}): the outputs "
+                "subtract something other than the max the sum was formed with (exp(x - c) / sum exp(x - m) is the "
+                "softmax times exp(m - c)); subtract the row's max, the same m, in the loop that writes the outputs")
+    return stats_words if x is None else None
 
 
 def diagnose_softmax_rows(got, z) -> str | None:
@@ -1029,7 +1050,7 @@ def cases_cuda(number: str, rng, hidden: bool):
                           lambda got, ref=ref, hx=hx, lens=lens, causal=causal, padded=padded, seq=seq: _with_hint(
                               mismatch(got, ref),
                               lambda: diagnose_mask_variant(got, hx, np.arange(len(hx)) % seq, lens, causal, padded)
-                              or diagnose_mask(got, ref)),
+                              or diagnose_mask(got, ref, hx)),
                           {f"x{k}": hx, f"n{k}": lens}, hidden=k >= 6))
     # NaN scores (docs/contract.md): a mask from indices replaces what a masked position holds, so a
     # NaN there (padding memory may hold anything) changes nothing; a NaN a row sees makes it NaN.
@@ -1054,7 +1075,7 @@ def cases_cuda(number: str, rng, hidden: bool):
                           mismatch(got, ref),
                           lambda: diagnose_nan_under_mask(got, hx, visible)
                           or diagnose_mask_variant(got, hx, np.arange(rows) % seq, lens, True, True)
-                          or diagnose_mask(got, ref)),
+                          or diagnose_mask(got, ref, hx)),
                       {"xnan": hx, "nnan": lens}))
     # The guard's own mistakes: only a max of exactly -inf marks a row with nothing visible. Rows of
     # the lowest finite float32 (all valid, then 7 valid) are uniform; a visible +inf makes its row
@@ -1074,12 +1095,13 @@ def cases_cuda(number: str, rng, hidden: bool):
             return None
         if not got[:2].any():
             return ("rows 0 and 1 came out zeros, as fully-masked rows would, but every score they see is finite "
-                    f"(the lowest finite float32, {hx[0, 0]:.3g}): {FINITE_IS_NOT_MASKED}")
+                    f"(the lowest finite float32, {hx[0, 0]:.3g}): {FINITE_IS_NOT_MASKED}; or the outputs subtract "
+                    "something other than the row's max (exp of these scores alone underflows to 0)")
         return diagnose_inf_seen(got, hx, visible)
     cases.append(Case(f"padding only, 6 x {seq}: rows of the lowest finite float32 (uniform), +inf seen (a NaN row) "
                       "and in the padding (ignored), a fully-masked row holding +inf (zeros)",
                       masked_call("xg", "ng", 6, seq, False, True),
-                      lambda got: _with_hint(mismatch(got, ref), lambda: guard_hint(got) or diagnose_mask(got, ref)),
+                      lambda got: _with_hint(mismatch(got, ref), lambda: guard_hint(got) or diagnose_mask(got, ref, hx)),
                       {"xg": hx, "ng": lens}))
     return cases
 

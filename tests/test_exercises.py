@@ -668,6 +668,13 @@ WRONG = {
                                                   "a NaN is never hidden"),
         "the mask added to the score": (_edit("02", "v = A07_NEG_INF;", "v += A07_NEG_INF;"),
                                         "replaced by -inf (v = -inf) whatever it held, not added to"),
+        "mask in the output loop only": (_edit("02", "      // BEGIN SOLUTION\n      if ((causal && c > q) || c >= len) v = A07_NEG_INF;\n      // END SOLUTION\n      st = combine",
+                                               "      st = combine", 1), "the max and the sum included masked scores"),
+        # the outputs' reference other than the max the sum was formed with: each row the softmax times a factor
+        "outputs without the max": (_edit("02", "fast_exp(v - st.m)", "fast_exp(v)"), "the same m"),
+        "outputs against the first score": (_edit("02", "fast_exp(v - st.m)", "fast_exp(v - xr[0])"), "the same m"),
+        "outputs against the max clamped at 0": (_edit("02", "fast_exp(v - st.m)", "fast_exp(v - fmaxf(st.m, 0.0f))"),
+                                                 "the same m"),
     },
 }
 WRONG["04"].update({f"online_vectorized: {name}": (_vectorized_04(body, name), words)
