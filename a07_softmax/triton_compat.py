@@ -17,11 +17,14 @@ def fix_interpreter_for_numpy() -> bool:
     applied the same way: the interpreter's patch of tl.tensor gets an __index__ that squeezes the
     array first. A no-op where triton is missing, already fixed, or NumPy still converts."""
     import inspect
+    import warnings
 
     import numpy as np
 
     try:
-        int(np.zeros(1, np.int32))
+        with warnings.catch_warnings():   # NumPy 1.25-2.3 warn (deprecated) and convert
+            warnings.simplefilter("ignore")
+            int(np.zeros(1, np.int32))
         return False            # this NumPy still converts one-element arrays
     except TypeError:
         pass
