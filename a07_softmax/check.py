@@ -284,11 +284,11 @@ def diagnose_inf_seen(got, x, visible=None) -> str | None:
     return None
 
 
-def diagnose_mask(got, ref, x=None) -> str | None:
+def diagnose_mask(got, ref, x) -> str | None:
     """Exercise 02's masking mistakes: a masked score that got probability, or a row whose unmasked
     probabilities do not sum to 1: the statistics saw masked scores (recognised as the softmax over
-    every key of x, masked ones included, where x is given), or the outputs subtract another number
-    than the max their sum was formed with (each row the right answer times one factor)."""
+    every key of x, masked ones included), or the outputs subtract another number than the max their
+    sum was formed with (each row the right answer times one factor). None for any other sum."""
     got, ref = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     masked = ref == 0.0
     leaked = masked & (np.abs(got) > 0) & ~np.all(masked, axis=1, keepdims=True)
@@ -302,26 +302,20 @@ def diagnose_mask(got, ref, x=None) -> str | None:
     if not np.isfinite(sums).all() or not off.size:
         return None
     k = int(off[0])
-    stats_words = (f"row {int(rows[k])} sums to {sums[k]:.4g}, not 1: the max and the sum included masked scores; "
-                   "mask them in the statistics loop too")
-    if x is not None:
-        with np.errstate(all="ignore"):
-            x = np.asarray(x, dtype=np.float64)[rows]
-            e = np.exp(x - x.max(axis=1, keepdims=True))
-            over_all_keys = np.where(masked[rows], 0.0, e / e.sum(axis=1, keepdims=True))
-        if np.allclose(got[rows], over_all_keys, rtol=1e-4, atol=1e-7):
-            return stats_words
     with np.errstate(all="ignore"):
+        x = np.asarray(x, dtype=np.float64)[rows]
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        over_all_keys = np.where(masked[rows], 0.0, e / e.sum(axis=1, keepdims=True))
         ratio = np.where(masked[rows], np.nan, got[rows] / ref[rows])
-        lo, hi = np.nanmin(ratio, axis=1), np.nanmax(ratio, axis=1)
-    one_factor = (np.abs(hi - lo) <= 1e-3 * np.abs(hi)) & np.isfinite(hi) & (hi > 0)
-    if one_factor[k] and (x is not None or sums[k] > 1 + 1e-3 or not masked[rows[k]].any()):
-        # masked scores in the statistics only add to the sum (a sum below 1, and never in a row with
-        # nothing masked); a row scaled by one factor otherwise is exp(x - c) / sum exp(x - m)
-        return (f"row {int(rows[k])} is the softmax times {hi[k]:.4g} (it sums to {sums[k]:.4g}): the outputs "
+        lo, hi = np.nanmin(ratio[k]), np.nanmax(ratio[k])
+    if np.allclose(got[rows], over_all_keys, rtol=1e-4, atol=1e-7):
+        return (f"row {int(rows[k])} sums to {sums[k]:.4g}, not 1: the max and the sum included masked scores; "
+                "mask them in the statistics loop too")
+    if np.isfinite(hi) and hi > 0 and hi - lo <= 1e-3 * hi:   # exp(x - c) / sum exp(x - m): one factor a row
+        return (f"row {int(rows[k])} is the softmax times {hi:.4g} (it sums to {sums[k]:.4g}): the outputs "
                 "subtract something other than the max the sum was formed with (exp(x - c) / sum exp(x - m) is the "
                 "softmax times exp(m - c)); subtract the row's max, the same m, in the loop that writes the outputs")
-    return stats_words if x is None else None
+    return None
 
 
 def diagnose_softmax_rows(got, z) -> str | None:

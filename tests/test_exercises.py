@@ -905,7 +905,7 @@ def test_the_mistake_diagnoses_stay_quiet_on_right_answers(rng):
     assert check.diagnose_block_reduction(R.softmax(x), x, 256) is None
     lens = np.array([700, 0, 1, 350, 10])
     ref = R.scale_mask_softmax(x, 1.0, R.padding_mask(lens, 700))
-    assert check.diagnose_mask(ref, ref) is None
+    assert check.diagnose_mask(ref, ref, x) is None
     assert check.diagnose_mask_variant(ref, x, np.arange(5), lens, False, True) is None
     causal = R.scale_mask_softmax(x, 1.0, R.causal_mask(5, 700) + R.padding_mask(lens, 700))
     assert check.diagnose_mask_variant(causal, x, np.arange(5), lens, True, True) is None
