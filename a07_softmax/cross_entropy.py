@@ -15,6 +15,7 @@ the logits (inplace=True): then no (rows, vocab) tensor is allocated at all.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -78,13 +79,12 @@ def _check(logits, target, ignore_index, reduction, label_smoothing, z_loss):
 
 
 def _targets_checked(target, vocab, ignore_index):
-    """Start the test of every target against [0, vocab) on the device; returns what
-    _raise_bad_targets() waits for. The test is one kernel (targets_outside_vocab_kernel), and on a
-    GPU it writes its verdict straight into pinned host memory, behind an event: the host waits for
-    this test alone, not for the launches queued after it (bool(bad.any()) would drain the stream
-    on every call and leave the GPU idle while Python prepares the next launch: a third of the time
-    of a 1 GiB loss + gradient on the H200). As six tensor operations and a copy, the same test
-    took the GPU a tenth of that pass."""
+    """The Triton twin's test of every target against [0, vocab) (the CPU, through the interpreter,
+    and GPUs without CuPy; the CUDA backend launches _targets_on_device instead); returns what
+    _raise_bad_targets() waits for. One kernel (targets_outside_vocab_kernel) that on a GPU writes
+    its verdict straight into pinned host memory, behind an event: the host waits for this test
+    alone, not for the launches queued after it (bool(bad.any()) would drain the stream on every
+    call and leave the GPU idle while Python prepares the next launch)."""
     import torch
     import triton
 
@@ -104,6 +104,76 @@ def _targets_checked(target, vocab, ignore_index):
         done = torch.cuda.Event()
         done.record(torch.cuda.current_stream(target.device))
     return flag, done
+
+
+# The CUDA backend's test and count of the targets: cuda/cross_entropy_targets.cu, one block.
+TARGETS_SOURCE = {"CUDA": "cuda/cross_entropy_targets.cu", "HIP": "hip/cross_entropy_targets.cpp"}
+TARGETS_THREADS = 1024   # the kernel reads its width from blockDim: any block size is correct
+_TARGET_KERNELS: dict = {}
+
+
+class _VerdictSlots(threading.local):
+    """Per host thread and device: one pinned int the test writes its verdict into, a NumPy view of
+    it for the host to read, and one event behind the test. Reused by every call on that thread:
+    cross_entropy() reads the verdict before it returns (or raises), so one call's verdict is never
+    written over while a caller still needs it; threads do not share a slot."""
+
+    def __init__(self):
+        self.by_device = {}
+
+
+_SLOTS = _VerdictSlots()
+
+
+def _targets_kernel(vendor):
+    import cupy
+
+    from . import native
+
+    dev = cupy.cuda.Device().id   # a module is loaded per device
+    fn = _TARGET_KERNELS.get(dev)
+    if fn is None:
+        mod = cupy.RawModule(code=(native.ROOT / TARGETS_SOURCE[vendor]).read_text(),
+                             options=tuple(native.compile_options()),
+                             backend="hiprtc" if vendor == "HIP" else "nvrtc")
+        fn = _TARGET_KERNELS[dev] = mod.get_function("cross_entropy_targets")
+    return fn
+
+
+def _targets_on_device(target, vocab, ignore_index, check: bool, count: bool):
+    """The CUDA backend's one launch for what the call needs of its (64-bit, contiguous) targets:
+    with `check`, the verdict on [0, vocab) (what _raise_bad_targets() waits for, else None); with
+    `count`, a device tensor {counted rows, 1 / counted rows} for the mean (else None), never read
+    by the host. Launched through CuPy, with the verdict's pinned int and event reused: a Triton
+    launch, a pinned allocation, a torch event and the two tensor operations of the mean's divisor
+    cost the host more than the kernel of a 1 GiB loss + gradient leaves it on an H200
+    (docs/performance.md, the cross-entropy call's host time)."""
+    if not (check or count):
+        return None, None
+    import torch
+
+    from . import fast, native
+
+    dev = target.device.index
+    slot = _SLOTS.by_device.get(dev)
+    if slot is None and check:
+        import cupy
+
+        verdict = torch.zeros(1, dtype=torch.int32, pin_memory=True)
+        with cupy.cuda.Device(dev):
+            done = cupy.cuda.Event(block=False, disable_timing=True)
+        slot = _SLOTS.by_device[dev] = (verdict, verdict.numpy(), done)
+    counted = torch.empty(2, dtype=torch.float32, device=target.device) if count else None
+    with fast._launch_context(target):
+        import cupy
+
+        _targets_kernel(fast.device_info()[0])(
+            (1,), (TARGETS_THREADS,),
+            (np.uint64(native.pointer(target)), np.int64(target.numel()), np.int64(vocab), np.int64(ignore_index),
+             np.uint64(slot[0].data_ptr() if check else 0), np.uint64(native.pointer(counted) if count else 0)))
+        if check:
+            slot[2].record(cupy.cuda.get_current_stream())
+    return ((slot[1], slot[2]) if check else None), counted
 
 
 def _raise_bad_targets(checked, target, vocab, ignore_index):
@@ -141,40 +211,42 @@ def _backend(logits, backend):
     return backend
 
 
-def _launch_cuda(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out, override=None):
+def _launch_cuda(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out, override=None,
+                 counted=None):
     """The fast family's kernel: per-row losses, and the gradient (already scaled by 1 / the number of
     counted rows for a mean) into grad_out, which may be the logits themselves. The kernel always
     writes a gradient; without grad_out its loss-only twin runs, which reads the logits once and
-    writes one float a row."""
+    writes one float a row. `counted`: _targets_on_device's count for a mean, where the caller
+    launched it already (with its test of the targets); else it is launched here."""
     import torch
 
     from . import fast, native
 
     rows, vocab = logits.shape
     losses = torch.empty(rows, dtype=torch.float32, device=logits.device)
-    # the mean's divisor, on the device (no sync), and only for a mean: each tensor operation is
-    # host time that the GPU may end up waiting for
-    n_valid = (target != ignore_index).sum(dtype=torch.float32) if reduction == "mean" else None
-    grad_scale = n_valid.reciprocal() if reduction == "mean" and grad_out is not None else None
+    tgt = target if target.dtype == torch.int64 and target.is_contiguous() else target.long().contiguous()
+    if reduction == "mean" and counted is None:
+        counted = _targets_on_device(tgt, vocab, ignore_index, False, True)[1]
+    # {counted rows, their reciprocal} on the device: the gradient's scale is the second float
+    grad_scale = native.pointer(counted) + 4 if reduction == "mean" and grad_out is not None else 0
     grad = grad_out if grad_out is not None else logits  # the loss-only kernel never writes it
-    tgt = target if target.dtype == torch.int64 else target.long()
     dtype = str(logits.dtype).replace("torch.", "")
     with fast._launch_context(logits):
-        extra = (np.uint64(native.pointer(tgt)), np.uint64(native.pointer(losses)),
-                 np.uint64(0 if grad_scale is None else native.pointer(grad_scale)), np.int64(ignore_index),
-                 np.float32(label_smoothing), np.float32(z_loss))
+        extra = (np.uint64(native.pointer(tgt)), np.uint64(native.pointer(losses)), np.uint64(grad_scale),
+                 np.int64(ignore_index), np.float32(label_smoothing), np.float32(z_loss))
         fast._launch("cross_entropy" if grad_out is not None else "cross_entropy_loss", logits, grad, rows, vocab,
                      dtype, extra, (), dict(override or {}))  # override: plan()'s, for tests and the sanitizer
     if reduction == "none":
         return losses
     total = losses.sum()
-    return total / n_valid if reduction == "mean" else total
+    return total / counted[0] if reduction == "mean" else total
 
 
-def _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out, backend=None):
+def _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out, backend=None, counted=None):
     """Per-row losses and, into grad_out, the gradient of the reduced loss (upstream gradient 1)."""
     if _backend(logits, backend) == "cuda":
-        return _launch_cuda(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out)
+        return _launch_cuda(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad_out,
+                            counted=counted)
     import contextlib
 
     import torch
@@ -242,9 +314,9 @@ def _function():
 
     class CrossEntropy(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, z_loss, inplace, backend):
+        def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, z_loss, inplace, backend, counted):
             grad = logits if inplace else torch.empty_like(logits)
-            loss = _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad, backend)
+            loss = _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, grad, backend, counted)
             ctx.save_for_backward(grad)
             ctx.used = False
             ctx.backend = backend
@@ -262,7 +334,7 @@ def _function():
             ctx.used = True
             (grad,) = ctx.saved_tensors
             (_scale_rows_cuda if ctx.backend == "cuda" else _scale_rows)(grad, grad_loss)
-            return grad, None, None, None, None, None, None, None
+            return grad, None, None, None, None, None, None, None, None
 
     return CrossEntropy
 
@@ -284,26 +356,43 @@ def cross_entropy(logits, target, *, ignore_index: int = -100, reduction: str = 
     Liger do, and such a target gives a NaN loss for its row and a NaN gradient row instead (the
     kernels never read outside the row)."""
     _check(logits, target, ignore_index, reduction, label_smoothing, z_loss)
+    import torch
+
+    grad_wanted = logits.requires_grad and torch.is_grad_enabled()
+    if inplace and grad_wanted and logits.is_leaf:
+        # the gradient would overwrite a parameter, and autograd would then hand the leaf its own
+        # storage as .grad: refused before anything runs, as PyTorch refuses in-place ops on such a leaf
+        raise ValueError("inplace=True would write the gradient over a leaf tensor that requires grad (a parameter); "
+                         "pass the output of an operation (e.g. the logits of a matmul), or inplace=False")
     # every kernel here reads row r's target at target + r: a strided view (labels[:, 0]) is copied
     # (rows * 8 bytes), not read as if it were dense
     target = target.contiguous()
     backend = _backend(logits, backend)
     vocab = logits.shape[1]
-    checked = _targets_checked(target, vocab, ignore_index) if check_targets else None
-    import torch
-
-    # under torch.no_grad() no backward can follow: the loss alone, one read (and never a gradient
-    # written over the logits)
-    if not (logits.requires_grad and torch.is_grad_enabled()):
-        loss = _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, None, backend)
+    counted = None
+    if backend == "cuda":
+        # the CUDA kernels read 64-bit targets; the test and the mean's count in one launch
+        target = target if target.dtype == torch.int64 else target.long()
+        checked, counted = _targets_on_device(target, vocab, ignore_index, check_targets, reduction == "mean")
     else:
-        if inplace and checked:  # the gradient would overwrite the logits: the verdict first
+        checked = _targets_checked(target, vocab, ignore_index) if check_targets else None
+    try:
+        # under torch.no_grad() no backward can follow: the loss alone, one read (and never a
+        # gradient written over the logits)
+        if not grad_wanted:
+            loss = _launch(logits, target, ignore_index, reduction, label_smoothing, z_loss, None, backend, counted)
+        else:
+            if inplace and checked:  # the gradient would overwrite the logits: the verdict first
+                _raise_bad_targets(checked, target, vocab, ignore_index)
+            if not _FN:
+                _FN.append(_function())
+            loss = _FN[0].apply(logits, target, ignore_index, reduction, label_smoothing, z_loss, inplace, backend,
+                                counted)
+    finally:
+        # read before anything returns, raises or propagates: the verdict's pinned slot is reused by
+        # this thread's next call
+        if checked:
             _raise_bad_targets(checked, target, vocab, ignore_index)
-        if not _FN:
-            _FN.append(_function())
-        loss = _FN[0].apply(logits, target, ignore_index, reduction, label_smoothing, z_loss, inplace, backend)
-    if checked:
-        _raise_bad_targets(checked, target, vocab, ignore_index)
     return loss
 
 

@@ -13,12 +13,11 @@ host depends on both. This script measures, on the GPU at hand, bf16 logits of 1
   loop of calls, checked against unchecked;
 - the same after torch.compile(F.cross_entropy) and Liger have run in the process (as in
   bench/cross_entropy.py), and with Python's garbage collector off, then frozen;
-- a stand-in for a cheaper target test (--stand-in): the same verdict from a one-block kernel
-  launched through CuPy into one reused pinned byte, timed in place of the Triton test, to size
-  what such a change would save before the course's sources are changed (it is not the course's
-  code: the course's test stays cross_entropy_kernels.targets_outside_vocab_kernel).
+- the CUDA backend's test of the targets (cuda/cross_entropy_targets.cu through CuPy, the verdict
+  into a reused pinned int) beside the Triton twin's test it replaced on that backend (a Triton
+  launch, a pinned allocation and a torch event a call), and the mean's count from the same kernel.
 
-  python bench/cross_entropy_host.py [--vocab 131072] [--stand-in]
+  python bench/cross_entropy_host.py [--vocab 131072]
 """
 from __future__ import annotations
 
@@ -30,29 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# the stand-in target test: VERDICT = 1 when a target is outside [0, vocab) and not ignore_index
-STAND_IN = r"""
-extern "C" __global__ void targets_outside(const long long* t, long long n, long long vocab, long long ignore_index,
-                                           unsigned char* verdict) {
-  __shared__ int bad;
-  if (threadIdx.x == 0) bad = 0;
-  __syncthreads();
-  int mine = 0;
-  for (long long i = threadIdx.x; i < n; i += blockDim.x) {
-    const long long v = t[i];
-    mine |= (v != ignore_index) & ((v < 0) | (v >= vocab));
-  }
-  if (mine) atomicOr(&bad, 1);
-  __syncthreads();
-  if (threadIdx.x == 0) *verdict = (unsigned char)bad;
-}
-"""
-
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vocab", type=int, default=131072)
-    ap.add_argument("--stand-in", action="store_true", help="also time the CuPy stand-in for the target test")
     a = ap.parse_args(argv)
 
     import numpy as np
@@ -61,7 +41,7 @@ def main(argv=None) -> int:
     from triton.testing import do_bench
 
     from a07_softmax import cross_entropy as CE
-    from a07_softmax import fast, provenance
+    from a07_softmax import provenance
 
     print(provenance.header("bench/cross_entropy_host.py (host time of a cross-entropy call)",
                             provenance.CROSS_ENTROPY_SOURCES))
@@ -72,46 +52,14 @@ def main(argv=None) -> int:
     t = torch.randint(0, vocab, (rows,), device="cuda", generator=g)
     t[::17] = -100
     leaf = x.detach().requires_grad_(True)
-    original_test = CE._targets_checked
 
-    def call(checked):
+    def call(checked, reduction="sum"):
         def fn():
             leaf.grad = None
-            CE.cross_entropy(leaf, t, reduction="sum", backend="cuda", check_targets=checked).backward()
+            CE.cross_entropy(leaf, t, reduction=reduction, backend="cuda", check_targets=checked).backward()
         return fn
 
-    calls = {"checked": call(True), "unchecked": call(False)}
-    if a.stand_in:
-        import cupy
-
-        kernel = cupy.RawModule(code=STAND_IN).get_function("targets_outside")
-        verdict = torch.empty((), dtype=torch.uint8, pin_memory=True)   # one byte, reused: the host reads
-        done = torch.cuda.Event()                                       # it before the call returns
-
-        def stand_in_test(target, vocab, ignore_index):
-            with fast._launch_context(target):
-                kernel((1,), (1024,), (np.uint64(target.data_ptr()), np.int64(target.numel()), np.int64(vocab),
-                                       np.int64(ignore_index), np.uint64(verdict.data_ptr())))
-            done.record()
-            return verdict, done
-
-        def with_stand_in(fn):
-            def run():
-                CE._targets_checked = stand_in_test
-                try:
-                    fn()
-                finally:
-                    CE._targets_checked = original_test
-            return run
-
-        calls["stand-in"] = with_stand_in(call(True))
-        bad = t.clone()
-        bad[5] = vocab
-        try:
-            with_stand_in(lambda: CE.cross_entropy(leaf, bad, reduction="sum", backend="cuda"))()
-            raise RuntimeError("the stand-in test let a target outside the vocabulary through")
-        except ValueError:
-            pass
+    calls = {"checked": call(True), "unchecked": call(False), "mean, checked": call(True, "mean")}
 
     class Nothing(torch.autograd.Function):
         @staticmethod
@@ -134,8 +82,10 @@ def main(argv=None) -> int:
         with torch.no_grad():
             CE.cross_entropy(leaf, t, reduction="sum", backend="cuda", check_targets=False)
 
-    pieces = {"target test launch": lambda: original_test(t, vocab, -100),
-              "mean's divisor": lambda: (t != -100).sum(dtype=torch.float32).reciprocal(),
+    pieces = {"target test (CUDA, as called)": lambda: CE._targets_on_device(t, vocab, -100, True, False),
+              "target test + mean's count (CUDA)": lambda: CE._targets_on_device(t, vocab, -100, True, True),
+              "target test (the Triton twin's)": lambda: CE._targets_checked(t, vocab, -100),
+              "mean's divisor as tensor operations": lambda: (t != -100).sum(dtype=torch.float32).reciprocal(),
               "event": lambda: torch.cuda.Event().record(),
               "loss alone (no_grad)": forward_only,
               "loss + grad, unchecked": calls["unchecked"],

@@ -95,6 +95,14 @@ def launch_all() -> list:
             CE.cross_entropy(x, t, reduction=reduction).backward(upstream)
             torch.cuda.synchronize()
         launched.append(f"scale_rows_fast<{fast.DTYPES[dt][0]}>")
+    # its test and count of the targets (cuda/cross_entropy_targets.cu): a bad target last, past a
+    # whole round of the block's walk
+    t = torch.randint(0, 50, (9001,), device="cuda", generator=g)
+    t[::7] = -100
+    t[-1] = 50
+    CE._targets_on_device(t, 50, -100, True, True)
+    torch.cuda.synchronize()
+    launched.append("cross_entropy_targets")
     # Lab 1 and Lab 2
     for cols in (1000, 1025, 4099):
         x = rows((5, cols), "float32")
