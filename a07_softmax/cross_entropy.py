@@ -195,19 +195,37 @@ BACKENDS = ("cuda", "triton")
 
 def _backend(logits, backend):
     """The kernel that runs: "cuda" (the fast family, through CuPy) on a GPU where CuPy is installed,
-    else "triton" (the twin; on a CPU tensor, the Triton interpreter)."""
+    else "triton" (the twin; on a CPU tensor, the Triton interpreter). Refused here, before any
+    launch, where the chosen kernel cannot take these logits."""
     if backend is None:
-        if not logits.is_cuda:
-            return "triton"
-        try:
-            import cupy  # noqa: F401
-        except ImportError:
-            return "triton"
-        return "cuda"
+        backend = "triton"
+        if logits.is_cuda:
+            try:
+                import cupy  # noqa: F401
+                backend = "cuda"
+            except ImportError:
+                pass
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)} or None, got {backend!r}")
     if backend == "cuda" and not logits.is_cuda:
         raise ValueError("backend='cuda' needs the logits on the GPU; on the CPU the Triton twin runs (backend=None)")
+    if backend == "triton":
+        # triton fixes a kernel's mode when the kernel is defined (TRITON_INTERPRET read at import),
+        # so the tensor has to match the mode the twin was defined in: a CPU tensor only runs in the
+        # interpreter, and the interpreter only takes CPU tensors (else triton's "0 active drivers")
+        try:
+            from . import cross_entropy_kernels
+        except ImportError as e:
+            raise RuntimeError(f"the Triton twin needs triton, which is not installed here ({e}); triton runs on "
+                               "Linux (on a CPU through its interpreter)") from None
+        interpreting = type(cross_entropy_kernels.cross_entropy_fwd_bwd_kernel).__name__ == "InterpretedFunction"
+        if not logits.is_cuda and not interpreting:
+            raise ValueError("the logits are on the CPU, where the Triton twin runs only in Triton's interpreter: "
+                             "call a07_softmax.use_interpreter() before the first cross_entropy call (or set "
+                             "TRITON_INTERPRET=1 before starting Python), or move the logits to the GPU")
+        if logits.is_cuda and interpreting:
+            raise ValueError("the Triton twin was defined under TRITON_INTERPRET=1, which runs it on the CPU: pass "
+                             "CPU tensors, or backend='cuda' for the GPU's kernel")
     return backend
 
 

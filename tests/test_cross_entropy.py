@@ -173,6 +173,27 @@ def test_bad_arguments_are_refused():
         CE.cross_entropy(x, torch.tensor([0, 1], device=DEVICE))
 
 
+def test_a_tensor_the_twins_mode_cannot_take_is_refused_by_name():
+    """Triton fixes a kernel's mode when it is defined: a process whose twin was defined compiled gets a
+    ValueError naming the interpreter for CPU logits (not triton's "0 active drivers"), before any
+    launch. A fresh process: this one's mode is conftest's."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch\nfrom a07_softmax import cross_entropy as CE\n"
+            "try:\n    CE.cross_entropy(torch.randn(3, 10), torch.tensor([0, 1, 2]))\n"
+            "except ValueError as e:\n    print('REFUSED', e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_INTERPRET"] = "0"
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert "REFUSED" in p.stdout and "use_interpreter()" in p.stdout, (p.stdout, p.stderr[-2000:])
+    env["TRITON_INTERPRET"] = "1"
+    p = subprocess.run([sys.executable, "-c", code.replace("REFUSED", "REFUSED?")], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "REFUSED" not in p.stdout, (p.stdout, p.stderr[-2000:])
+
+
 @pytest.mark.parametrize("mode", ["loss", "autograd", "inplace"])
 @pytest.mark.parametrize("bad", [10, -1, 2**40])
 def test_a_target_outside_the_vocabulary_is_refused_whatever_runs(mode, bad):
