@@ -176,12 +176,14 @@ def test_bad_arguments_are_refused():
 def test_a_tensor_the_twins_mode_cannot_take_is_refused_by_name():
     """Triton fixes a kernel's mode when it is defined: a process whose twin was defined compiled gets a
     ValueError naming the interpreter for CPU logits (not triton's "0 active drivers"), before any
-    launch. A fresh process: this one's mode is conftest's."""
+    launch. Under TRITON_INTERPRET=1 the same call runs (on any triton and NumPy: use_interpreter()
+    mends triton < 3.8's interpreter for NumPy >= 2.4). A fresh process: this one's mode is conftest's."""
     import os
     import subprocess
     import sys
 
-    code = ("import torch\nfrom a07_softmax import cross_entropy as CE\n"
+    code = ("import torch\nimport a07_softmax\na07_softmax.use_interpreter()\n"
+            "from a07_softmax import cross_entropy as CE\n"
             "try:\n    CE.cross_entropy(torch.randn(3, 10), torch.tensor([0, 1, 2]))\n"
             "except ValueError as e:\n    print('REFUSED', e)\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -349,10 +351,12 @@ def test_host_time_script_names_what_it_times():
     assert list(inspect.signature(CE._targets_checked).parameters) == ["target", "vocab", "ignore_index"]
     assert list(inspect.signature(CE._targets_on_device).parameters) == ["target", "vocab", "ignore_index", "check",
                                                                           "count"]
-    flag, done = CE._targets_checked(torch.tensor([1, -100, 3]), 4, -100)
-    assert done is None and int(flag) == 0                     # on the CPU: no event, the verdict at once
-    flag, _ = CE._targets_checked(torch.tensor([1, 4]), 4, -100)
-    assert int(flag) == 1
+    for targets, verdict in (([1, -100, 3], 0), ([1, 4], 1)):
+        flag, done = CE._targets_checked(torch.tensor(targets, device=DEVICE), 4, -100)
+        assert (done is None) == (DEVICE == "cpu")    # on the CPU no event: the verdict at once
+        if done is not None:
+            done.synchronize()
+        assert int(flag) == verdict, targets
     with pytest.raises(SystemExit) as exit_:
         script.main(["--help"])
     assert exit_.value.code == 0
