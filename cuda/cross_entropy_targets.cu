@@ -16,6 +16,12 @@
 // every thread would be serialised on one address, and took 36 us for 4096 targets on an H100
 // (a tenth of the host time this launch is meant to save). Thread 0 writes the results, so
 // nothing needs zeroing before the launch.
+//
+// One block is a latency-bound walk: on an H100 it took 2.8 us for 4096 targets, 9.8 us for 65536
+// and 128 us for 2^20 (about 0.12 ns a target). Against the loss kernel's pass over a row of V
+// logits (bf16, read and written at ~3 TB/s) that is about 90 / V of its time: nothing at a
+// language model's vocabulary, 2 % at V = 4096, 18 % at V = 512. Many blocks would cut it there, at
+// the price of a merge across blocks (a counter zeroed before each launch, or a last-block ticket).
 #include "online_softmax.h"
 
 #define TARGETS_UNROLL 8
