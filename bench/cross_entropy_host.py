@@ -15,7 +15,8 @@ host depends on both. This script measures, on the GPU at hand, bf16 logits of 1
   bench/cross_entropy.py), and with Python's garbage collector off, then frozen;
 - the CUDA backend's test of the targets (cuda/cross_entropy_targets.cu through CuPy, the verdict
   into a reused pinned int) beside the Triton twin's test it replaced on that backend (a Triton
-  launch, a pinned allocation and a torch event a call), and the mean's count from the same kernel.
+  launch, a pinned allocation and a torch event a call), and the mean's count from the same kernel;
+  and that kernel's GPU time for 4096, 65536 and 2^20 targets (the torch profiler).
 
   python bench/cross_entropy_host.py [--vocab 131072]
 """
@@ -135,6 +136,20 @@ def main(argv=None) -> int:
             print(f"  {name:<10} idle call {idle(fn):7.1f} us, do_bench {' '.join(f'{m:.3f}' for m in bench)} ms, "
                   f"in a loop {loop_ms(fn):.3f} ms", flush=True)
 
+    # the GPU's own time for the target test and count (one block walks every target), by the
+    # number of targets: CUPTI's kernel records through the torch profiler, medians of 20 launches
+    for n in (4096, 65536, 2**20):
+        tn = torch.randint(0, 50000, (n,), device="cuda", generator=g)
+        tn[::7] = -100
+        CE._targets_on_device(tn, 50000, -100, True, True)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                CE._targets_on_device(tn, 50000, -100, True, True)
+            torch.cuda.synchronize()
+        us = sorted(e.device_time for e in prof.events() if "cross_entropy_targets" in e.name)
+        print(f"  GPU {us[len(us) // 2] if us else float('nan'):7.1f} us  cross_entropy_targets over {n} targets "
+              f"({len(us)} launches profiled)", flush=True)
     report("fresh process")
     compiled = torch.compile(lambda a_, b_: F.cross_entropy(a_, b_, reduction="sum"), dynamic=False)
     peers = [compiled]
