@@ -417,8 +417,9 @@ def backward_report(d: dict, dtype: str = "float32") -> str:
     return "\n".join(lines)
 
 
-def load_cross_entropy(gpu: str = "nvidia-h200") -> dict:
-    return json.loads((RESULTS / gpu / "cross_entropy.json").read_text())
+def load_cross_entropy(gpu: str | None = None) -> dict:
+    """results/<gpu>/cross_entropy.json; by default the record the course reads (record_gpu)."""
+    return json.loads((RESULTS / (gpu or record_gpu("cross_entropy.json")) / "cross_entropy.json").read_text())
 
 
 def cross_entropy_report(d: dict, mode: str = "loss+grad", vocabs=(32768, 131072)) -> str:

@@ -108,6 +108,28 @@ def test_the_course_reads_the_attention_records_of_one_gpu():
             assert f"results/{other}/{name}" not in doc, (other, name)
 
 
+def test_the_course_reads_the_cross_entropy_record_it_names():
+    """docs/performance.md names the folder and the GPU of the cross-entropy record the course reads
+    (the H200's where it holds one, results.record_gpu), no other folder's; notebook 08's words
+    about that run name no GPU but the record's (its printed label names it)."""
+    import json
+
+    from a07_softmax.paths import ROOT
+
+    gpu = results.record_gpu("cross_entropy.json")
+    name = results.load_cross_entropy()["gpu"]
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    assert f"(results/{gpu}/cross_entropy.json: {name}, commit" in doc
+    for other in {p.name for p in results.RESULTS.iterdir() if p.is_dir()} - {gpu}:
+        assert f"results/{other}/cross_entropy.json" not in doc, other
+    cells = json.loads((ROOT / "notebooks" / "08_log_softmax_cross_entropy.ipynb").read_text())["cells"]
+    about = [" ".join("".join(c["source"]).split()) for c in cells
+             if c["cell_type"] == "markdown" and "bench/cross_entropy.py" in "".join(c["source"])]
+    assert about, "notebook 08 no longer introduces the cross-entropy run"
+    for card in ("H100", "H200", "A100", "B200", "MI300"):
+        assert all(card not in text for text in about) or card in name, (card, name)
+
+
 def test_record_gpu_prefers_the_h200_and_otherwise_takes_the_folder_that_holds_the_record(tmp_path, monkeypatch):
     for folders, want in ((["nvidia-h100-80gb-hbm3", "nvidia-h200"], "nvidia-h200"),
                           (["nvidia-h100-80gb-hbm3"], "nvidia-h100-80gb-hbm3")):
@@ -422,7 +444,7 @@ def test_lab4_cross_entropy_and_backward_runs_are_fresh_and_checked(name):
     of the sources they ran (their own kernels included); every output they timed was checked."""
     import json
 
-    gpu = results.record_gpu(name) if name in ATTENTION_RECORDS else "nvidia-h200"
+    gpu = results.record_gpu(name) if name in (*ATTENTION_RECORDS, "cross_entropy.json") else "nvidia-h200"
     d = json.loads((results.RESULTS / gpu / name).read_text())
     assert provenance.slug(d["gpu"]) == gpu and d["date"] and d["versions"]["torch"]
     kernel = KERNEL_OF_RUN[name]
@@ -526,7 +548,7 @@ def test_docs_performance_quotes_the_attention_and_cross_entropy_runs():
     assert f"the flash backend's own ratio is {flash[64]:.3f} and {flash[128]:.3f} and cuDNN's {cudnn[64]:.3f} and " \
            f"{cudnn[128]:.3f} in the same run" in doc
     assert f"point, by {span([100 * (r['cudnn'] / r['tflops'] - 1) for r in rows])} %" in doc
-    ce = json.loads((results.RESULTS / "nvidia-h200" / "cross_entropy.json").read_text())
+    ce = results.load_cross_entropy()
     names = {"the course's CUDA kernel (fast family)": "a07.fast.cross_entropy",
              "the same, `check_targets=False`": "a07.fast.cross_entropy[unchecked]",
              "the course's Triton twin": "a07.cross_entropy",
@@ -612,7 +634,7 @@ def test_notebook_08_reading_of_the_cross_entropy_run_holds():
 
     from a07_softmax.paths import ROOT
 
-    d = results.load_cross_entropy("nvidia-h200")
+    d = results.load_cross_entropy()
     runs = [r for r in d["runs"] if r["mode"] == "loss+grad"]
     by = {(r["impl"], r["dtype"], r["vocab"]): r for r in runs}
     aligned = {(dt, v) for _, dt, v in by if v != 50257}
@@ -649,7 +671,7 @@ def test_the_50257_exception_named_in_notebook_08_is_real():
     """Notebook 08: at V = 50257 (rows off a 16-byte boundary) the Triton twin, loading element by
     element, is slower than eager PyTorch in bf16; the CUDA kernel, reading such rows in vectors from
     the boundary before them, stays ahead in both dtypes."""
-    d = results.load_cross_entropy("nvidia-h200")
+    d = results.load_cross_entropy()
     by = {(r["impl"], r["dtype"]): r for r in d["runs"] if r["mode"] == "loss+grad" and r["vocab"] == 50257}
     assert by[("a07.cross_entropy", "bfloat16")]["ms"] > by[("F.cross_entropy", "bfloat16")]["ms"]
     assert all(by[("a07.fast.cross_entropy", dt)]["ms"] < by[("F.cross_entropy", dt)]["ms"]
@@ -680,7 +702,7 @@ def test_docs_performance_reads_the_dram_bytes_and_the_50257_point():
                   if d_ == dt and i == "cuda.softmax_fast"] for dt in ("float32", "bfloat16")}
     assert f"writes read {min(wrote['float32']):.2f}-{max(wrote['float32']):.2f} of a tensor in fp32 and " \
         f"{min(wrote['bfloat16']):.2f}-{max(wrote['bfloat16']):.2f} in bf16" in doc
-    ce = json.loads((results.RESULTS / "nvidia-h200" / "cross_entropy.json").read_text())
+    ce = results.load_cross_entropy()
     pct = {(r["impl"], r["dtype"]): 100 * r["GBps"] / ce["copy_GBps"] for r in ce["runs"]
            if r["vocab"] == 50257 and r["mode"] == "loss+grad"}
     assert f"the twin falls to {pct['a07.cross_entropy', 'float32']:.0f} % (fp32) and " \
