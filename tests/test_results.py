@@ -181,12 +181,22 @@ def test_the_notebooks_record_covers_the_notebooks_and_what_they_import():
         assert provenance.stale_sources({**now, key: "0" * 64}) == [key]
 
 
-def test_the_sanitizer_found_nothing_in_every_kernel_the_course_ships():
-    """results/nvidia-h200/sanitizer.txt (bench/sanitize.py): each tool ran to the end with 0 errors,
-    over every fast-softmax instance softmax() can launch, the lab kernels and the Triton kernels."""
+SANITIZER_RECORDS = sorted(str(p.relative_to(results.RESULTS)) for p in results.RESULTS.glob("*/sanitizer.txt"))
+
+
+@pytest.mark.parametrize("record", SANITIZER_RECORDS)
+def test_the_sanitizer_found_nothing_in_every_kernel_the_course_ships(record):
+    """Each results/<gpu>/sanitizer.txt (bench/sanitize.py): made on the GPU its folder names, about
+    the sources as they are now, each tool ran to the end with 0 errors, over every fast-softmax
+    instance softmax() can launch, the lab kernels and the Triton kernels."""
     from a07_softmax import fast
 
-    text = (results.RESULTS / "nvidia-h200" / "sanitizer.txt").read_text()
+    p = results.RESULTS / record
+    text = p.read_text()
+    m = re.search(r"^# gpu: (.+)$", text, re.M)
+    assert m and provenance.slug(m.group(1)) == p.parent.name, record
+    stale = provenance.stale_sources(provenance.parse_header(text))
+    assert not stale, f"{record} is older than {stale}"
     assert re.search(r"^compute-sanitizer: Version \S+", text, re.M)
     for tool in ("memcheck", "racecheck", "synccheck"):
         m = re.search(rf"^{tool}: (\S+) errors over (\d+) launches$", text, re.M)
@@ -196,6 +206,22 @@ def test_the_sanitizer_found_nothing_in_every_kernel_the_course_ships():
     assert not missing, f"fast-softmax instances the sanitizer never saw: {sorted(missing)[:5]}"
     for name in ("softmax_online_1pass", "scale_mask_softmax fused", "triton softmax_online_kernel"):
         assert any(n.startswith(name) for n in launched), name
+
+
+def test_every_device_source_has_been_under_the_sanitizer():
+    """Every CUDA source the course ships is among the sources of a sanitizer record (a new kernel
+    file without a sanitizer run fails here), and the cross-entropy target test, launched through
+    CuPy outside the fast family, is among some record's launches."""
+    from a07_softmax.paths import ROOT
+
+    seen, launched = set(), set()
+    for record in SANITIZER_RECORDS:
+        text = (results.RESULTS / record).read_text()
+        seen |= set(provenance.parse_header(text))
+        launched |= set(re.findall(r"^  (\S.*)$", text.split("\nlaunched:\n")[1], re.M))
+    sources = {str(p.relative_to(ROOT)) for p in (ROOT / "cuda").glob("*.cu")}
+    assert sources and not sources - seen, f"never under compute-sanitizer: {sorted(sources - seen)}"
+    assert "cross_entropy_targets" in launched
 
 
 def test_schema_check_catches_mistakes():
