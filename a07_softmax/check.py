@@ -301,11 +301,11 @@ def diagnose_mask(got, ref, x) -> str | None:
     off = np.flatnonzero(np.abs(sums - 1) > 1e-3)
     if not np.isfinite(sums).all() or not off.size:
         return None
+    from . import reference as R
+
     k = int(off[0])
     with np.errstate(all="ignore"):
-        x = np.asarray(x, dtype=np.float64)[rows]
-        e = np.exp(x - x.max(axis=1, keepdims=True))
-        over_all_keys = np.where(masked[rows], 0.0, e / e.sum(axis=1, keepdims=True))
+        over_all_keys = np.where(masked[rows], 0.0, R.softmax(np.asarray(x)[rows], axis=1))
         ratio = np.where(masked[rows], np.nan, got[rows] / ref[rows])
         lo, hi = np.nanmin(ratio[k]), np.nanmax(ratio[k])
     if np.allclose(got[rows], over_all_keys, rtol=1e-4, atol=1e-7):
