@@ -6,7 +6,8 @@ A causal row i of S keys reads its first i + 1 columns and writes all S. The pro
 exactly those bytes in 16-byte vectors: it loads the vectors that hold a visible column, writes them
 back unchanged, and writes zeros over the rest (no max, no exp, no reduction, no barrier). A block
 per row, threads x vectors a thread covering the row, loads issued before stores: the fast kernel's
-mapping, minus its work. Its time over the copy's is the floor the traffic sets on the H200's
+mapping, minus its work (and, as a second order, the masked part's zeros stored before the loads
+go out, which the fast kernel does not do). Its time over the copy's is the floor the traffic sets on the H200's
 memory system for that mix of reads and writes; the fast kernel's ratio above it is what the
 softmax costs on top.
 
@@ -15,6 +16,7 @@ softmax costs on top.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import sys
 from pathlib import Path
@@ -29,12 +31,19 @@ THREADS = (64, 128, 256, 512)
 PROBE = r"""
 extern "C" __global__ void __launch_bounds__(512)
 causal_bytes(const uint4* __restrict__ x, uint4* __restrict__ y, int seq, int row_vectors, int per_vector,
-             int vectors_a_thread) {
+             int vectors_a_thread, int zeros_first) {
   const long long row = blockIdx.x;
   const int visible = int(row % seq) / per_vector + 1;   // vectors holding a column <= the query's index
   const uint4* xr = x + row * row_vectors;
   uint4* yr = y + row * row_vectors;
   uint4 held[16];
+  if (zeros_first) {                                     // the masked part's zeros depend on nothing:
+#pragma unroll                                           // stored before the loads go out
+    for (int j = 0; j < 16; ++j) {
+      const int v = j * blockDim.x + threadIdx.x;
+      if (j < vectors_a_thread && v >= visible && v < row_vectors) yr[v] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
 #pragma unroll
   for (int j = 0; j < 16; ++j) {                         // every load first, as the fast kernels do
     const int v = j * blockDim.x + threadIdx.x;
@@ -44,7 +53,7 @@ causal_bytes(const uint4* __restrict__ x, uint4* __restrict__ y, int seq, int ro
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     const int v = j * blockDim.x + threadIdx.x;
-    if (j < vectors_a_thread && v < row_vectors) yr[v] = held[j];
+    if (j < vectors_a_thread && v < row_vectors && (!zeros_first || v < visible)) yr[v] = held[j];
   }
 }
 """
@@ -82,17 +91,19 @@ def measure(dtype: str, seq: int, rounds: int):
     probe = cupy.RawModule(code=PROBE, options=("-std=c++17",)).get_function("causal_bytes")
     fns = {"copy": lambda: y.copy_(x),
            "fast.scale_mask_softmax(causal)": lambda: fast.scale_mask_softmax(x, SCALE, causal=True, q_len=seq, out=y)}
-    for threads, vecs in shapes(seq, x.element_size()):
-        def launch(threads=threads, vecs=vecs):
+    for (threads, vecs), zeros_first in itertools.product(shapes(seq, x.element_size()), (0, 1)):
+        def launch(threads=threads, vecs=vecs, zeros_first=zeros_first):
             with fast._launch_context(x):
                 probe((rows,), (threads,), (np.uint64(x.data_ptr()), np.uint64(y.data_ptr()), np.int32(seq),
-                                            np.int32(seq // per_vector), np.int32(per_vector), np.int32(vecs)))
+                                            np.int32(seq // per_vector), np.int32(per_vector), np.int32(vecs),
+                                            np.int32(zeros_first)))
+        name = f"causal bytes, {threads} threads x {vecs} vectors" + (", zeros stored first" if zeros_first else "")
         y.fill_(float("nan"))           # poisoned: every element must be written
         launch()
         torch.cuda.synchronize()
         if not torch.equal(y, expected(x, per_vector)):
-            raise RuntimeError(f"the probe ({threads} x {vecs}) did not move the causal bytes it should")
-        fns[f"causal bytes, {threads} threads x {vecs} vectors"] = launch
+            raise RuntimeError(f"the probe ({name}) did not move the causal bytes it should")
+        fns[name] = launch
     times = bench.interleaved(fns, rounds, b.time)
     copy = float(np.median(times["copy"]))
     out = {name: float(np.median(t)) / copy for name, t in times.items()}
