@@ -6,10 +6,10 @@ A causal row i of S keys reads its first i + 1 columns and writes all S. The pro
 exactly those bytes in 16-byte vectors: it loads the vectors that hold a visible column, writes them
 back unchanged, and writes zeros over the rest (no max, no exp, no reduction, no barrier). A block
 per row, threads x vectors a thread covering the row, loads issued before stores: the fast kernel's
-mapping, minus its work (and, as a second order, the masked part's zeros stored before the loads
-go out, which the fast kernel does not do). Its time over the copy's is the floor the traffic sets on the H200's
+mapping, minus its work. Its time over the copy's is the floor the traffic sets on the H200's
 memory system for that mix of reads and writes; the fast kernel's ratio above it is what the
-softmax costs on top.
+softmax costs on top. Each shape also runs with the masked part's zeros stored before the loads go
+out (they depend on nothing; the fast kernel stores them last): whether the order moves the floor.
 
   python bench/sweeps/causal_ceiling.py [--dtype bfloat16 float32] [--seqs 2048 4096 8192 16384]
 """
@@ -37,8 +37,8 @@ causal_bytes(const uint4* __restrict__ x, uint4* __restrict__ y, int seq, int ro
   const uint4* xr = x + row * row_vectors;
   uint4* yr = y + row * row_vectors;
   uint4 held[16];
-  if (zeros_first) {                                     // the masked part's zeros depend on nothing:
-#pragma unroll                                           // stored before the loads go out
+  if (zeros_first) {                                     // the masked part's zeros, before any load
+#pragma unroll
     for (int j = 0; j < 16; ++j) {
       const int v = j * blockDim.x + threadIdx.x;
       if (j < vectors_a_thread && v >= visible && v < row_vectors) yr[v] = make_uint4(0u, 0u, 0u, 0u);
