@@ -5,6 +5,7 @@
   results/<gpu>/sweeps.txt           bench/sweeps/fast_configs.py --all (the strategy table's evidence)
   results/<gpu>/sweeps_row_grid.txt  bench/sweeps/lab_row_grid.py
   results/<gpu>/sweeps_attention.txt bench/sweeps/attention_configs.py (Lab 4's tiles, order and exp form)
+  results/<gpu>/causal_ceiling.txt   bench/sweeps/causal_ceiling.py (causal bytes alone against a copy)
   results/<gpu>/sanitizer.txt        bench/sanitize.py (compute-sanitizer over every kernel)
   results/<gpu>/traffic.txt          bench/traffic.py (DRAM bytes under Nsight Compute)
   results/<gpu>/attention.json       bench/attention.py (Lab 4 against SDPA)
@@ -98,6 +99,7 @@ SCRIPTS = {
     "sweeps": ("sweeps.txt", ["bench/sweeps/fast_configs.py", "--all"]),
     "row-grid": ("sweeps_row_grid.txt", ["bench/sweeps/lab_row_grid.py"]),
     "attention-configs": ("sweeps_attention.txt", ["bench/sweeps/attention_configs.py"]),
+    "causal-ceiling": ("causal_ceiling.txt", ["bench/sweeps/causal_ceiling.py"]),
     "sanitizer": ("sanitizer.txt", ["bench/sanitize.py"]),
     "traffic": ("traffic.txt", ["bench/traffic.py"]),
     "attention": ("attention.json", ["bench/attention.py"]),

@@ -11,7 +11,9 @@ memory system for that mix of reads and writes; the fast kernel's ratio above it
 softmax costs on top. Each shape also runs with the masked part's zeros stored before the loads go
 out (they depend on nothing; the fast kernel stores them last): whether the order moves the floor.
 
-  python bench/sweeps/causal_ceiling.py [--dtype bfloat16 float32] [--seqs 2048 4096 8192 16384]
+  python bench/sweeps/causal_ceiling.py [--dtype bfloat16 float32] [--seqs 2048 4096 8192 16384] [--out F]
+
+`a07 results causal-ceiling` writes results/<gpu>/causal_ceiling.txt with it.
 """
 from __future__ import annotations
 
@@ -117,17 +119,26 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", nargs="*", default=["bfloat16", "float32"])
     ap.add_argument("--seqs", type=int, nargs="*", default=[2048, 4096, 8192, 16384])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", type=Path, help="also write the report here (a07 results causal-ceiling)")
     a = ap.parse_args(argv)
     from a07_softmax import provenance
 
-    print(provenance.header("bench/sweeps/causal_ceiling.py (causal bytes without the softmax, against a copy)"))
+    lines = [provenance.header("bench/sweeps/causal_ceiling.py " + " ".join(argv if argv is not None else sys.argv[1:])
+                               + " (causal bytes without the softmax, against a copy)")]
+    print(lines[0], flush=True)
+
+    def say(line):
+        lines.append(line)
+        print(line, flush=True)
     for dtype in a.dtype:
         for seq in a.seqs:
             ratios, copy_gbps = measure(dtype, seq, a.rounds)
-            print(f"{dtype} S = {seq} (copy {copy_gbps:.0f} GB/s), time / copy's time:", flush=True)
+            say(f"{dtype} S = {seq} (copy {copy_gbps:.0f} GB/s), time / copy's time:")
             for name, r in ratios.items():
                 if name != "copy":
-                    print(f"  {r:6.3f}  {name}", flush=True)
+                    say(f"  {r:6.3f}  {name}")
+    if a.out:
+        a.out.write_text("\n".join(lines) + "\n")
     return 0
 
 
