@@ -6,6 +6,7 @@ a learner without a GPU always knows they are looking at someone else's run.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 
@@ -504,3 +505,31 @@ def plot_attention(d: dict, copy_gbps: float | None = None, head_dim: int = 128)
     bx.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+KERNEL_CAUSAL = "fast.scale_mask_softmax(causal)"
+
+
+def load_causal_ceiling(gpu: str | None = None) -> dict:
+    """causal_ceiling.txt (bench/sweeps/causal_ceiling.py) as {(dtype, S): {"copy_GBps": ..., name:
+    time / the copy's time}}: the fast kernel's causal rows and each probe shape that moves the same
+    bytes with no arithmetic, timed in the same rounds. `gpu`: default record_gpu()'s."""
+    gpu = gpu or record_gpu("causal_ceiling.txt")
+    out, shape = {}, None
+    for line in (RESULTS / gpu / "causal_ceiling.txt").read_text().splitlines():
+        head = re.match(r"(\w+) S = (\d+) \(copy (\d+) GB/s\)", line)
+        if head:
+            shape = (head.group(1), int(head.group(2)))
+            out[shape] = {"copy_GBps": float(head.group(3))}
+        elif shape and re.match(r"\s+\d+\.\d+\s+\S", line):
+            ratio, name = line.split(None, 1)
+            out[shape][name] = float(ratio)
+    return out
+
+
+def causal_floor(shape: dict, zeros_first: bool = False) -> tuple:
+    """(ratio, name) of the fastest probe shape of one (dtype, S) entry of load_causal_ceiling(),
+    among those that store the masked part's zeros first or among those that do not."""
+    probes = [(r, n) for n, r in shape.items()
+              if n.startswith("causal bytes") and n.endswith("zeros stored first") == zeros_first]
+    return min(probes)

@@ -766,6 +766,63 @@ def test_every_committed_result_has_a_step_that_rewrites_it():
         assert name in record.__doc__, f"record.py's docstring does not list {name}"
 
 
+CEILING_RECORDS = sorted(str(p.relative_to(results.RESULTS)) for p in results.RESULTS.glob("*/causal_ceiling.txt"))
+
+
+@pytest.mark.parametrize("record", CEILING_RECORDS)
+def test_every_causal_ceiling_record_names_its_gpu_is_fresh_and_complete(record):
+    """results/<gpu>/causal_ceiling.txt: its folder is its GPU's, its sources are today's, and every
+    (dtype, S) it measured has the kernel's ratio, a copy's rate and probe shapes timed both ways."""
+    text = (results.RESULTS / record).read_text()
+    gpu = re.search(r"^# gpu: (.+)$", text, re.M).group(1)
+    assert provenance.slug(gpu) == record.split("/")[0], record
+    stale = provenance.stale_sources(provenance.parse_header(text))
+    assert not stale, f"{record} is older than {stale}: run `a07 results causal-ceiling` on its GPU or delete it"
+    shapes = results.load_causal_ceiling(record.split("/")[0])
+    assert shapes, f"{record} holds no measurement"
+    for key, shape in shapes.items():
+        assert shape["copy_GBps"] > 0 and results.KERNEL_CAUSAL in shape, key
+        assert results.causal_floor(shape) and results.causal_floor(shape, zeros_first=True), key
+
+
+def test_docs_performance_reads_the_causal_ceiling_record():
+    """The open question on causal 16-bit rows quotes the H100's causal-ceiling record: the kernel's
+    ratios, the probe's best shapes, the kernel against the best of them, and what storing the zeros
+    first changes. Each figure is recomputed from the record here."""
+    from a07_softmax.paths import ROOT
+
+    gpu = "nvidia-h100-80gb-hbm3"
+    if not (results.RESULTS / gpu / "causal_ceiling.txt").exists():
+        pytest.skip(f"no results/{gpu}/causal_ceiling.txt (the docs quote it once recorded)")
+    doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    d = results.load_causal_ceiling(gpu)
+
+    def span(values, digits=3):
+        return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+    copies = [v["copy_GBps"] for v in d.values()]
+    quotes = [f"a copy at {min(copies):.0f}-{max(copies):.0f} GB/s"]
+    for dtype, word in (("bfloat16", "bf16"), ("float32", "fp32")):
+        rows = {k: v for k, v in d.items() if k[0] == dtype}
+        quotes.append(f"{span([v[results.KERNEL_CAUSAL] for v in rows.values()])} of the copy's time in {word}"
+                      if dtype == "bfloat16" else f"{span([v[results.KERNEL_CAUSAL] for v in rows.values()])} in fp32 at every S")
+        quotes.append(f"{span([results.causal_floor(v)[0] for v in rows.values()])} in {word}")
+    best = {k: min(results.causal_floor(v)[0], results.causal_floor(v, True)[0]) for k, v in d.items()}
+    slower = max(v[results.KERNEL_CAUSAL] - best[k] for k, v in d.items())
+    faster = max(best[k] - v[results.KERNEL_CAUSAL] for k, v in d.items())
+    quotes.append(f"within {slower:.3f} of it or faster at every point ({faster:.3f} faster at")
+    few = [r for v in d.values() for n, r in v.items() if re.search(r" x [12] vectors", n)]
+    quotes.append(f"with 1 or 2 vectors a thread it took {span(few, 1)} times the copy")
+    moved = [results.causal_floor(v, True)[0] - results.causal_floor(v)[0] for v in d.values()]
+    quotes.append(f"within {min(moved):+.3f} to {max(moved):+.3f} of the best shape".replace("within -", "within -"))
+    for quote in quotes:
+        assert quote in doc, f"docs/performance.md should say {quote!r} (from results/{gpu}/causal_ceiling.txt)"
+    # "at the shapes of 1 or 2 vectors a thread it is slower": each such shape, zeros first against last
+    for v in d.values():
+        for n, r in v.items():
+            if re.search(r" x [12] vectors$", n):
+                assert v[n + ", zeros stored first"] > r, n
+
+
 def test_docs_performance_reads_the_scale_mask_run():
     """docs/performance.md's figures for the fused scale + mask + softmax, against scale_mask.json and
     traffic.txt: each span recomputed from the run."""
