@@ -182,6 +182,21 @@ def header(title: str, extra=(), files=None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def commit() -> str:
+    """The commit being measured: A07_COMMIT where set (a copy of the tree, as on the GPU machine,
+    where git cannot say it), else git's short HEAD, else "unknown"."""
+    import os
+    import subprocess
+
+    return os.environ.get("A07_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown"
+
+
+def report(title: str, lines, extra=()) -> str:
+    """A sweep's text record: header(title, extra), the commit, then its lines."""
+    return header(title, extra) + f"# commit: {commit()}\n" + "\n".join(lines) + "\n"
+
+
 def parse_header(text: str) -> dict:
     """The source hashes recorded in a header() block."""
     return {m.group(2): m.group(1) for m in re.finditer(r"^# sha256 ([0-9a-f]{64})  (\S+)$", text, re.M)}

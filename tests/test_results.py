@@ -62,6 +62,15 @@ def test_committed_run_logs_name_gpu_date_versions_and_fresh_sources(name):
         assert not unrecorded, f"notebooks.txt does not say which of these it ran: {unrecorded}"
 
 
+def _text_record_provenance(path):
+    """(GPU, {source: sha256}) from a text record's provenance.header(), which must also name a date
+    and the versions."""
+    text = path.read_text()
+    m = re.search(r"^# gpu: (.+)$", text, re.M)
+    assert m and "# date: " in text and "# versions: " in text, path
+    return m.group(1), provenance.parse_header(text)
+
+
 ATTENTION_RECORDS = ("attention.json", "sweeps_attention.txt")
 
 
@@ -81,9 +90,7 @@ def test_every_attention_record_names_its_gpu_and_is_fresh(record):
         gpu, recorded = d["gpu"], d["sources_sha256"]
         assert d["date"] and d["versions"]["torch"] and d["copy_GBps"] > 0
     else:
-        m = re.search(r"^# gpu: (.+)$", text, re.M)
-        assert m and "# date: " in text and "# versions: " in text, record
-        gpu, recorded = m.group(1), provenance.parse_header(text)
+        gpu, recorded = _text_record_provenance(p)
     assert provenance.slug(gpu) == p.parent.name, (record, gpu)
     assert recorded, "no sha256 of the sources recorded"
     stale = provenance.stale_sources(recorded, DEPENDS_OF_RUN[p.name])
@@ -773,10 +780,9 @@ CEILING_RECORDS = sorted(str(p.relative_to(results.RESULTS)) for p in results.RE
 def test_every_causal_ceiling_record_names_its_gpu_is_fresh_and_complete(record):
     """results/<gpu>/causal_ceiling.txt: its folder is its GPU's, its sources are today's, and every
     (dtype, S) it measured has the kernel's ratio, a copy's rate and probe shapes timed both ways."""
-    text = (results.RESULTS / record).read_text()
-    gpu = re.search(r"^# gpu: (.+)$", text, re.M).group(1)
+    gpu, recorded = _text_record_provenance(results.RESULTS / record)
     assert provenance.slug(gpu) == record.split("/")[0], record
-    stale = provenance.stale_sources(provenance.parse_header(text))
+    stale = provenance.stale_sources(recorded)
     assert not stale, f"{record} is older than {stale}: run `a07 results causal-ceiling` on its GPU or delete it"
     shapes = results.load_causal_ceiling(record.split("/")[0])
     assert shapes, f"{record} holds no measurement"
@@ -801,11 +807,12 @@ def test_docs_performance_reads_the_causal_ceiling_record():
         return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
     copies = [v["copy_GBps"] for v in d.values()]
     quotes = [f"a copy at {min(copies):.0f}-{max(copies):.0f} GB/s"]
-    for dtype, word in (("bfloat16", "bf16"), ("float32", "fp32")):
-        rows = {k: v for k, v in d.items() if k[0] == dtype}
-        quotes.append(f"{span([v[results.KERNEL_CAUSAL] for v in rows.values()])} of the copy's time in {word}"
-                      if dtype == "bfloat16" else f"{span([v[results.KERNEL_CAUSAL] for v in rows.values()])} in fp32 at every S")
-        quotes.append(f"{span([results.causal_floor(v)[0] for v in rows.values()])} in {word}")
+    # the kernel's ratios, then the probe's best shape, per dtype, in the doc's words
+    for dtype, kernel_words, word in (("bfloat16", "of the copy's time in bf16", "bf16"),
+                                      ("float32", "in fp32 at every S", "fp32")):
+        rows = [v for k, v in d.items() if k[0] == dtype]
+        quotes.append(f"{span([v[results.KERNEL_CAUSAL] for v in rows])} {kernel_words}")
+        quotes.append(f"{span([results.causal_floor(v)[0] for v in rows])} in {word}")
     best = {k: min(results.causal_floor(v)[0], results.causal_floor(v, True)[0]) for k, v in d.items()}
     slower = max(v[results.KERNEL_CAUSAL] - best[k] for k, v in d.items())
     faster = max(best[k] - v[results.KERNEL_CAUSAL] for k, v in d.items())
@@ -813,7 +820,7 @@ def test_docs_performance_reads_the_causal_ceiling_record():
     few = [r for v in d.values() for n, r in v.items() if re.search(r" x [12] vectors", n)]
     quotes.append(f"with 1 or 2 vectors a thread it took {span(few, 1)} times the copy")
     moved = [results.causal_floor(v, True)[0] - results.causal_floor(v)[0] for v in d.values()]
-    quotes.append(f"within {min(moved):+.3f} to {max(moved):+.3f} of the best shape".replace("within -", "within -"))
+    quotes.append(f"within {min(moved):+.3f} to {max(moved):+.3f} of the best shape")
     for quote in quotes:
         assert quote in doc, f"docs/performance.md should say {quote!r} (from results/{gpu}/causal_ceiling.txt)"
     # "at the shapes of 1 or 2 vectors a thread it is slower": each such shape, zeros first against last

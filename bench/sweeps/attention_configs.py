@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -124,12 +122,8 @@ def main(argv=None) -> int:
             print("\n".join(lines[-len(launches) - 1:]), flush=True)
             torch.cuda.empty_cache()
     if args.out:
-        commit = os.environ.get("A07_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        with open(args.out, "w") as fh:
-            fh.write(provenance.header(f"bench/sweeps/attention_configs.py {' '.join(sys.argv[1:])}",
-                                       provenance.ATTENTION_SOURCES)
-                     + f"# commit: {commit or 'unknown'}\n" + "\n".join(lines) + "\n")
+        Path(args.out).write_text(provenance.report(f"bench/sweeps/attention_configs.py {' '.join(sys.argv[1:])}",
+                                                    lines, provenance.ATTENTION_SOURCES))
     return 0
 
 

@@ -123,9 +123,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     from a07_softmax import provenance
 
-    lines = [provenance.header("bench/sweeps/causal_ceiling.py " + " ".join(argv if argv is not None else sys.argv[1:])
-                               + " (causal bytes without the softmax, against a copy)")]
-    print(lines[0], flush=True)
+    title = (f"bench/sweeps/causal_ceiling.py {' '.join(argv if argv is not None else sys.argv[1:])} "
+             "(causal bytes without the softmax, against a copy)")
+    print(provenance.header(title), flush=True)
+    lines = []
 
     def say(line):
         lines.append(line)
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
                 if name != "copy":
                     say(f"  {r:6.3f}  {name}")
     if a.out:
-        a.out.write_text("\n".join(lines) + "\n")
+        a.out.write_text(provenance.report(title, lines))
     return 0
 
 

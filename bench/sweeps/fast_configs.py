@@ -17,9 +17,8 @@ benchmark's method: 2^28 elements, warm-up, medians of CUDA events). A07 must be
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
+from pathlib import Path
 
 # name -> (what it settles, [(dtype, [cols...], [config, ...])]); "" is the committed table's choice
 CLAIMS = {
@@ -266,11 +265,7 @@ def main(argv=None) -> int:
 
     run(sweeps, args.rounds, out)
     if args.out:
-        commit = os.environ.get("A07_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        head = provenance.header(f"bench/sweeps/fast_configs.py {' '.join(sys.argv[1:])}")
-        with open(args.out, "w") as fh:
-            fh.write(head + f"# commit: {commit or 'unknown'}\n" + "\n".join(lines) + "\n")
+        Path(args.out).write_text(provenance.report(f"bench/sweeps/fast_configs.py {' '.join(sys.argv[1:])}", lines))
     return 0
 
 

@@ -8,9 +8,8 @@ rounds, medians of CUDA events), each output checked against float64 first.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
+from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -57,11 +56,7 @@ def main(argv=None) -> int:
                      f"err {errs[name]:.2g}{'' if ok else ' FAILED'}")
     print("\n".join(lines))
     if args.out:
-        commit = os.environ.get("A07_COMMIT") or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        with open(args.out, "w") as fh:
-            fh.write(provenance.header(f"bench/sweeps/lab_row_grid.py {' '.join(sys.argv[1:])}")
-                     + f"# commit: {commit or 'unknown'}\n" + "\n".join(lines) + "\n")
+        Path(args.out).write_text(provenance.report(f"bench/sweeps/lab_row_grid.py {' '.join(sys.argv[1:])}", lines))
     return 0
 
 
