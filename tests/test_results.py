@@ -542,8 +542,6 @@ def test_notebook_10_reading_of_the_cuda_kernel_holds():
 
 def test_docs_performance_quotes_the_attention_and_cross_entropy_runs():
     """The ranges docs/performance.md gives for Lab 4 and the cross-entropy, recomputed from the runs."""
-    import json
-
     from a07_softmax.paths import ROOT
 
     doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
@@ -713,8 +711,6 @@ def test_the_50257_exception_named_in_notebook_08_is_real():
 
 def test_docs_performance_reads_the_dram_bytes_and_the_50257_point():
     """The DRAM and V = 50257 figures docs/performance.md states in words, against the results."""
-    import json
-
     from a07_softmax.paths import ROOT
 
     doc = " ".join((ROOT / "docs" / "performance.md").read_text().split())
