@@ -379,10 +379,10 @@ def diagnose_exp_range(got, z) -> str | None:
 
 def ce_reference(x, t, ignore_index=-100):
     """Exercise 06's answers in float64: per-row loss and d sum(loss) / d x, ignored rows 0."""
-    from .cross_entropy import reference
+    from .reference import cross_entropy_with_grad
 
     with np.errstate(invalid="ignore"):  # padding rows (all -inf, ignored) are zeroed by the reference
-        return reference(x, t, ignore_index=ignore_index, reduction="none")
+        return cross_entropy_with_grad(x, t, ignore_index=ignore_index, reduction="none")
 
 
 def ce_grad_mismatch(got, ref, dtype: str = "float32") -> str | None:
@@ -484,7 +484,19 @@ def diagnose_ce_loss(got, x, t) -> str | None:
         x_t = xr[np.arange(len(rows)), tr]
         m = xr.max(axis=1)
         log_sum = np.log(np.exp(xr - m[:, None]).sum(axis=1))
-        right = m + log_sum - x_t
+        right = log_sum + (m - x_t)  # not lse - x_t: see the first candidate below
+        # lse = m + log s rounded to float32, then x_t subtracted: exact in arithmetic, but near the
+        # largest logits log s is below lse's rounding step (3e38 + 2 is 3e38) and vanishes
+        lse32 = (m.astype(np.float32) + log_sum.astype(np.float32)).astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            rounded = (lse32 - x_t).astype(np.float32).astype(np.float64)
+        lost = ~np.isclose(rounded, right, rtol=1e-4, atol=1e-4)
+        if lost.any() and np.allclose(got[rows], rounded, rtol=1e-4, atol=1e-4):
+            r = int(rows[np.flatnonzero(lost)[0]])
+            i = int(np.flatnonzero(lost)[0])
+            return (f"row {r}'s loss came out {got[r]:.6g} where it is {right[i]:.6g}: its logits reach {m[i]:.4g}, "
+                    "where lse = m + log(s) rounds log(s) away in float32 (3e38 + 2 is 3e38), so lse - x_t loses it. "
+                    "Form the loss as log(s) + (m - x_t), as log_softmax forms log p")
         for wrong, words in ((m + log_sum - x[0, tr], "the target's logit was read from row 0 (in_ptr + t): read it "
                                                      "from the row's own start, row * stride + t"),
                              (log_sum - x_t, "logsumexp is m + log(sum exp(x - m)): the max subtracted before the "
@@ -563,6 +575,15 @@ def diagnose_ce_grad(got, x, t) -> str | None:
     e = np.exp(x[keep] - x[keep].max(axis=1, keepdims=True))
     if near(e - onehot):
         return "softmax(x) was not divided by the row's sum of exps"
+    # p as exp(x - lse) with lse = m + log s in float32: near the largest logits lse is m itself, so
+    # every logit at the max gets p = 1 (a right answer never matches this where it differs from p)
+    m = x[keep].max(axis=1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):
+        lse32 = (m.astype(np.float32) + np.log(e.sum(axis=1, keepdims=True)).astype(np.float32)).astype(np.float64)
+        p_lse = np.exp(x[keep] - lse32)
+    if np.isfinite(p_lse).all() and np.abs(p_lse - p).max() > 1e-3 and near(p_lse - onehot):
+        return ("p was taken as exp(x - lse): where the logits reach float32's largest values lse = m + log(s) "
+                "rounds to m, so every logit at the max gets p = 1; take p as exp(x - m) / s")
     return None
 
 
@@ -912,10 +933,16 @@ def cases_06(rng, hidden: bool):
                                                          or diagnose_log_softmax(got, hx))))
 
     def ce(rows, vocab, name, big=None, ignore=(), masked_ignored=False, what="both", low=False, ignore_index=-100,
-           nan_rows=(), dtype="float32", certain=None):
+           nan_rows=(), dtype="float32", certain=None, largest=False):
         hx = (rng.uniform(-30, -20, size=(rows, vocab)) if low else rng.normal(0, 8, size=(rows, vocab))).astype(np.float32)
         t = rng.integers(0, vocab, size=rows)
         t[0], t[-1] = 0, vocab - 1          # targets at both ends of the vocabulary
+        if largest:  # float32's whole range: where lse - x_t and exp(x - lse) lose log s
+            top = np.finfo(np.float32).max
+            hx[0, :8], t[0] = top, 3
+            hx[1], hx[2] = top / 2, -top / 2
+            hx[3] = rng.uniform(-top / 4, top / 4, size=vocab)
+            hx[4, 0], t[4] = top, 0
         if certain is not None:  # this row's target nearly certain: 1 - p_t about 1e-3, which float32 forms
             others = np.delete(hx[certain].astype(np.float64), t[certain])  # to 1e-4 of itself, bf16 not at all
             hx[certain, t[certain]] = np.logaddexp.reduce(others) + np.log(1e3)
@@ -978,6 +1005,8 @@ def cases_06(rng, hidden: bool):
        ignore=(1, 4), ignore_index=3)
     ce(8, 300, "8 x 300, row 3 holds a logit of 150 (its target's probability underflows float32)", big=150.0,
        what="loss")
+    ce(6, 64, "6 x 64, logits up to float32's largest (3.4e38): 8 logits at the largest, the target among them "
+              "(loss log 8), a row of equal logits at 1.7e38 (loss log 64)", largest=True)
     ce(6, 60, "6 x 60, NaN logits in rows 2 and 4, row 4 ignored (row 2 must come out NaN, row 4 as 0)", ignore=(4,),
        nan_rows=(2, 4))
     # bf16 logits: a float32 loss and a bf16 gradient, each formed in float32 and rounded once
@@ -986,6 +1015,8 @@ def cases_06(rng, hidden: bool):
     if hidden:
         ce(int(rng.integers(5, 20)), int(rng.integers(100, 3000)), "hidden, random shape, one row ignored", big=120.0,
            ignore=(2,))
+        ce(int(rng.integers(6, 12)), int(rng.integers(16, 2000)), "hidden, logits up to float32's largest, random shape",
+           largest=True)
         lsm(int(rng.integers(2, 9)), int(rng.integers(2, 2000)), -90, 90, "hidden log_softmax, random shape")
     return _calls_with_kwargs(items)
 

@@ -82,6 +82,48 @@ def cross_entropy(logits, targets) -> np.ndarray:
     return -ls[np.arange(ls.shape[0]), t]
 
 
+def cross_entropy_with_grad(logits, target, *, ignore_index: int = -100, reduction: str = "mean",
+                            label_smoothing: float = 0.0, z_loss: float = 0.0):
+    """(loss, d loss / d logits) in float64 with F.cross_entropy's conventions, plus a z-loss term
+    z_loss * lse^2: what the fused cross-entropy kernels and exercise 06 are judged against. An
+    ignored row contributes 0 and gets a zero gradient; the mean of an all-ignored batch is NaN, its
+    gradient zeros, as in PyTorch.
+
+    log p is taken as log_softmax forms it, (x - m) - log s, never as x - lse: near the largest
+    finite logits lse = m + log s rounds log s away even in float64 (3e38 + 2 is 3e38), so eight
+    equal logits at 3e38 would give a loss of 0 where it is log 8, and p = exp(x - lse) would be 1."""
+    x = np.asarray(logits, dtype=np.float64)
+    t = np.asarray(target, dtype=np.int64)
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    rows, v = x.shape
+    keep = t != ignore_index
+    tt = np.where(keep, t, 0)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        m = x.max(axis=1)
+        m_ref = np.where(np.isneginf(m), 0.0, m)
+        log_s = np.log(np.exp(x - m_ref[:, None]).sum(axis=1))
+        lse = m_ref + log_s
+        logp = (x - m_ref[:, None]) - log_s[:, None]
+        # a weight of 0 drops its term: 0 * -inf (a -inf logit) would be NaN
+        target_term = (1 - label_smoothing) * logp[np.arange(rows), tt] if label_smoothing < 1 else 0.0
+        smooth_term = label_smoothing * logp.mean(axis=1) if label_smoothing > 0 else 0.0
+        loss = -target_term - smooth_term + z_loss * lse ** 2
+        p = np.exp(logp)
+    onehot = np.zeros_like(x)
+    onehot[np.arange(rows), tt] = 1.0
+    g = (p - onehot) + 2 * z_loss * lse[:, None] * p + label_smoothing * (onehot - 1.0 / v)
+    loss = np.where(keep, loss, 0.0)
+    g[~keep] = 0.0
+    if reduction == "mean":
+        n = keep.sum()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return loss.sum() / n, g / max(n, 1)
+    if reduction == "sum":
+        return loss.sum(), g
+    return loss, g
+
+
 # ---------------------------------------------------------------------------------------------
 # Gradients (float64): what a backward kernel must compute, derived in notebook 08
 # ---------------------------------------------------------------------------------------------

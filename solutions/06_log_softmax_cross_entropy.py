@@ -6,15 +6,19 @@ gives -inf everywhere, and a row holding a NaN or a +inf gives NaN everywhere (a
 Part 2. One kernel reads each row of logits once and writes both
   loss[r] = logsumexp(x[r]) - x[r, t[r]]                    (float32)
   grad[r] = softmax(x[r]) - onehot(t[r])                    (d sum(loss) / d x)
+Mathematically the loss is lse - x_t, but form it as log(s) + (m - x_t) (lse = m + log(s)), the way
+log_softmax forms log p: near the largest float32 logits m + log(s) rounds log(s) away (3e38 + 2 is
+3e38), so eight logits of 3e38 would give a loss of 0 where it is log 8. For the same reason take p
+from exp(x - m) / s, never exp(x - lse), which would make each of those eight probabilities 1.
 A row whose target is ignore_index has loss 0 and gradient 0; any other row holding a NaN logit has
 a NaN loss and a NaN gradient. `cross_entropy` and `cross_entropy_grad` launch the same kernel and
 return one of its two outputs each. The row fits one block of BLOCK columns (the exercise keeps
 vocabularies small).
 
 `make check EX=06` compares everything with float64 references (the cases include logits far above
-exp's range, a row whose target is ignored, targets in the first and last columns, rows whose
-length is not a power of two, and bf16 logits: the loss stays float32, the gradient takes the
-logits' dtype, and both are formed in float32 and rounded once).
+exp's range, logits up to float32's largest value, a row whose target is ignored, targets in the
+first and last columns, rows whose length is not a power of two, and bf16 logits: the loss stays
+float32, the gradient takes the logits' dtype, and both are formed in float32 and rounded once).
 """
 import torch
 import triton
@@ -57,10 +61,10 @@ def cross_entropy_kernel(loss_ptr, grad_ptr, in_ptr, target_ptr, n_cols, stride,
     m = tl.max(x, axis=0)
     e = tl.exp(x - m)
     s = tl.sum(e, axis=0)
-    lse = m + tl.log(s)
+    log_s = tl.log(s)
     x_t = tl.sum(tl.where(cols == t, x, 0.0), axis=0)
     ignored = t == ignore_index
-    tl.store(loss_ptr + row, tl.where(ignored, 0.0, lse - x_t))
+    tl.store(loss_ptr + row, tl.where(ignored, 0.0, log_s + (m - x_t)))
     grad = e / s - tl.where(cols == t, 1.0, 0.0)
     grad = tl.where(ignored, 0.0, grad)
     tl.store(grad_ptr + row * stride + cols, grad.to(grad_ptr.dtype.element_ty), mask=inside)

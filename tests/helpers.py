@@ -88,3 +88,37 @@ def bad_inputs(launcher: str):
     """pytest.param rows of BAD_INPUTS that apply to `launcher`."""
     return [pytest.param(make, err, words[launcher], id=what) for what, make, err, words in BAD_INPUTS
             if words[launcher] is not None]
+
+
+def whole_range_cross_entropy_rows(rng, dtype: str, vocab: int):
+    """(logits as float64 already rounded to dtype, targets, what each row is) over the dtype's whole
+    finite range, for vocab >= 16: the rows where a cross-entropy formed as lse - x_t, or with the
+    plain sum of the logits, goes wrong. The loss of the first row overflows float32 (a correct
+    kernel returns inf there, never NaN); every other row's loss is a modest number."""
+    from a07_softmax import contract
+
+    big = contract.finfo(dtype)[0]
+    rows = []
+    x = rng.uniform(-big, big, size=(7, vocab))
+    t = rng.integers(0, vocab, size=7)
+    rows.append("uniform over +-largest, a random target (the loss overflows float32)")
+    x[1] = rng.uniform(-big, big, size=vocab) / 2
+    t[1] = int(np.argmax(x[1]))
+    rows.append("uniform over +-largest/2, the target at the max (label smoothing's sum of the logits overflows)")
+    x[2, :8] = big
+    t[2] = 3
+    rows.append("8 logits at the largest value, the target among them (loss log 8: lse - x_t rounds it to 0)")
+    x[3] = big / 2
+    t[3] = 0
+    rows.append("every logit at largest/2 (loss log V; mean(x) must come out exact)")
+    x[4] = -big / 2
+    t[4] = vocab - 1
+    rows.append("every logit at -largest/2")
+    x[5] = rng.uniform(-4, 4, size=vocab) + big / 4
+    t[5] = vocab // 2
+    rows.append("largest/4 plus noise that the dtype rounds away in part")
+    x[6] = rng.normal(0, 8, size=vocab)
+    x[6, 0] = big
+    t[6] = 0
+    rows.append("one logit at the largest value, the target (loss 0)")
+    return contract.round_to(x, dtype), t, rows

@@ -507,23 +507,25 @@ WRONG = {
         "softmax not normalised": (_edit("06", "grad = e / s - ", "grad = e - "), "not divided"),
         "ignored rows zeroed by a multiplication": (_edit("06", "grad = tl.where(ignored, 0.0, grad)",
                                                           "grad = grad * (1.0 - ignored.to(tl.float32))"), "ignore_index"),
-        "ignored rows keep their loss": (_edit("06", "tl.where(ignored, 0.0, lse - x_t)", "lse - x_t"),
+        "ignored rows keep their loss": (_edit("06", "tl.where(ignored, 0.0, log_s + (m - x_t))", "log_s + (m - x_t)"),
                                          "row 2 has target ignore_index"),
-        "no max in the loss and the gradient": (_edit("06", "    e = tl.exp(x - m)\n    s = tl.sum(e, axis=0)\n    lse = m + tl.log(s)",
-                                                      "    e = tl.exp(x)\n    s = tl.sum(e, axis=0)\n    lse = tl.log(s)"), "max"),
+        "no max in the loss and the gradient": (_edit("06", "    e = tl.exp(x - m)\n    s = tl.sum(e, axis=0)\n    log_s = tl.log(s)",
+                                                      "    e = tl.exp(x)\n    s = tl.sum(e, axis=0)\n    log_s = tl.log(s) - m"),
+                                                "max"),
         "loss as -log of the probability (underflows)": (
-            _edit("06", "tl.store(loss_ptr + row, tl.where(ignored, 0.0, lse - x_t))",
+            _edit("06", "tl.store(loss_ptr + row, tl.where(ignored, 0.0, log_s + (m - x_t)))",
                   "tl.store(loss_ptr + row, tl.where(ignored, 0.0, -tl.log(tl.sum(tl.where(cols == t, e / s, 0.0), axis=0))))"),
             "underflows to 0 in float32"),
         "target logit read from row 0": (_edit("06", "x_t = tl.sum(tl.where(cols == t, x, 0.0), axis=0)",
                                                "x_t = tl.load(in_ptr + t).to(tl.float32)"), "read from row 0"),
-        "logsumexp without the max added back": (_edit("06", "lse = m + tl.log(s)", "lse = tl.log(s)"),
+        "logsumexp without the max added back": (_edit("06", "log_s + (m - x_t)", "log_s - x_t"),
                                                  "must be added back"),
         "gradient stored without the tail mask": (_edit("06", "grad.to(grad_ptr.dtype.element_ty), mask=inside)",
                                                         "grad.to(grad_ptr.dtype.element_ty))"), "wrote past the end of row"),
         # bf16 logits: the loss is float32 and the gradient is rounded once, from float32
-        "loss rounded to the logits' dtype": (_edit("06", "lse = m + tl.log(s)",
-                                                    "lse = (m + tl.log(s)).to(in_ptr.dtype.element_ty).to(tl.float32)"),
+        "loss rounded to the logits' dtype": (_edit("06", "tl.where(ignored, 0.0, log_s + (m - x_t))",
+                                                    "tl.where(ignored, 0.0, (log_s + (m - x_t)).to(in_ptr.dtype.element_ty)"
+                                                    ".to(tl.float32))"),
                                               "precision lost"),
         "exps rounded to the logits' dtype": (_edit("06", "e = tl.exp(x - m)",
                                                     "e = tl.exp(x - m).to(in_ptr.dtype.element_ty).to(tl.float32)"),
@@ -537,7 +539,12 @@ WRONG = {
         "target logit picked by a one-hot product (0 * -inf)": (
             _edit("06", "x_t = tl.sum(tl.where(cols == t, x, 0.0), axis=0)",
                   "x_t = tl.sum(x * (cols == t).to(tl.float32), axis=0)"), "times 0 is NaN"),
-        "logsumexp with log2": (_edit("06", "lse = m + tl.log(s)", "lse = m + tl.log2(s)"), "not log2"),
+        "logsumexp with log2": (_edit("06", "log_s = tl.log(s)", "log_s = tl.log2(s)"), "not log2"),
+        # exact in arithmetic, wrong in float32 where the logits reach its largest values (3e38 + 2 is 3e38)
+        "the loss as lse - x_t (log s rounded away)": (_edit("06", "log_s + (m - x_t)", "(m + log_s) - x_t"),
+                                                        "rounds log(s) away"),
+        "p as exp(x - lse)": (_edit("06", "grad = e / s - ", "grad = tl.exp(x - (m + log_s)) - "),
+                              "p was taken as exp(x - lse)"),
         "exp2 without log2(e)": (_edit("06", "e = tl.exp(x - m)", "e = tl.exp2(x - m)"), "scaled by log2(e)"),
         "lanes past the tail loaded as 0": (_edit("06", "other=-float(\"inf\")).to(tl.float32)\n    m = tl.max(x, axis=0)\n    e =",
                                                   "other=0.0).to(tl.float32)\n    m = tl.max(x, axis=0)\n    e ="), "loaded as 0 and counted"),
@@ -912,6 +919,9 @@ def test_the_mistake_diagnoses_stay_quiet_on_right_answers(rng):
     logits = rng.normal(0, 8, size=(6, 77))
     logits[3, 7] = 150.0
     t = np.array([0, 5, -100, 9, 40, 76])
+    top = float(np.finfo(np.float32).max)
+    logits[4, :8], t[4] = top, 3   # where lse - x_t and exp(x - lse) are wrong: the right answer is no mistake
+    logits[5] = top / 2
     loss, grad = check.ce_reference(logits, t)
     assert check.diagnose_ce_loss(loss, logits, t) is None
     assert check.diagnose_ce_grad(grad, logits, t) is None

@@ -245,7 +245,7 @@ def test_cross_entropy_on_views_at_odd_offsets(rng, dtype, offsets, vocab, strat
     t[5] = 0
     where = f"V = {vocab} ({strategy}), {dtype}, logits and gradient {offsets} elements into their buffers"
     loss, grad = fast.cross_entropy_on_cpu(x, t, dtype, label_smoothing=0.1, offsets=offsets, strategy=strategy)
-    ref_loss, ref_grad = CE.reference(_rounded(x, dtype), t, reduction="none", label_smoothing=0.1)
+    ref_loss, ref_grad = R.cross_entropy_with_grad(_rounded(x, dtype), t, reduction="none", label_smoothing=0.1)
     _loss_close(loss, ref_loss, where)
     assert _grad_err(grad, ref_grad) <= accuracy.tolerance(dtype), f"gradient, {where}"
     assert not grad[[1, 4, 6]].any() and not loss[[1, 4, 6]].any(), f"ignored rows: zero gradient and loss ({where})"
@@ -274,7 +274,7 @@ def test_the_loss_alone_never_takes_a_neighbouring_rows_columns_into_a_misaligne
              f"their buffer: columns of the row before or after must not count")
     only, _ = fast.cross_entropy_on_cpu(x, t, dtype, label_smoothing=smoothing, grad=False, offsets=offsets,
                                         strategy=strategy)
-    ref_loss, _ = CE.reference(_rounded(x, dtype), t, reduction="none", label_smoothing=smoothing)
+    ref_loss, _ = R.cross_entropy_with_grad(_rounded(x, dtype), t, reduction="none", label_smoothing=smoothing)
     _loss_close(only, ref_loss, where)
 
 
@@ -364,7 +364,7 @@ def test_cross_entropy_kernel_matches_float64_on_the_cpu(rng, dtype, vocab, smoo
         x[3, 1] = LARGEST[dtype] / 2       # a huge logit
     loss, grad = fast.cross_entropy_on_cpu(x, t, dtype, label_smoothing=smoothing, z_loss=z, grad_scale=0.25)
     seen = _rounded(x, dtype)
-    ref_loss, ref_grad = CE.reference(seen, t, reduction="none", label_smoothing=smoothing, z_loss=z)
+    ref_loss, ref_grad = R.cross_entropy_with_grad(seen, t, reduction="none", label_smoothing=smoothing, z_loss=z)
     where = f"V = {vocab}, {dtype}, smoothing {smoothing}, z {z}"
     _loss_close(loss, ref_loss, where)
     assert _grad_err(grad, 0.25 * ref_grad) <= accuracy.tolerance(dtype), where
@@ -397,7 +397,7 @@ def test_cross_entropy_gradient_for_every_sign_of_its_factor(rng, dtype, how, gr
     loss, grad = fast.cross_entropy_on_cpu(x, t, dtype, label_smoothing=smoothing, z_loss=z,
                                            grad_scale=grad_scale, **how)
     seen = _rounded(x, dtype)
-    ref_loss, ref_grad = CE.reference(seen, t, reduction="none", label_smoothing=smoothing, z_loss=z)
+    ref_loss, ref_grad = R.cross_entropy_with_grad(seen, t, reduction="none", label_smoothing=smoothing, z_loss=z)
     lse = np.logaddexp.reduce(seen, axis=1)
     assert (1 + 2 * z * lse < 0).sum() == 3 and (1 + 2 * z * lse > 0).sum() == 3, "the rows must give k both signs"
     for r in range(rows):
@@ -415,7 +415,7 @@ def test_cross_entropy_gradient_for_every_sign_of_its_factor(rng, dtype, how, gr
 def test_cross_entropy_each_cpu_strategy_and_the_loss_alone(rng, strategy, vocab):
     x = rng.normal(0, 8, size=(6, vocab))
     t = _targets(rng, 6, vocab)
-    ref_loss, ref_grad = CE.reference(x.astype(np.float32).astype(np.float64), t, reduction="none")
+    ref_loss, ref_grad = R.cross_entropy_with_grad(x.astype(np.float32).astype(np.float64), t, reduction="none")
     loss, grad = fast.cross_entropy_on_cpu(x, t, strategy=strategy)
     _loss_close(loss, ref_loss, strategy)
     assert _grad_err(grad, ref_grad) <= accuracy.tolerance("float32")
@@ -438,7 +438,7 @@ def test_cross_entropy_raw_rows_find_the_target_in_every_column(rng, dtype, stra
     p = fast.plan(cols, dtype, cols, op="cross_entropy", strategy=strategy, raw=1, **override)
     assert "raw bits" in p.describe(), p.describe()
     loss, grad = fast.cross_entropy_on_cpu(x, t, dtype, strategy=strategy, raw=1, **override)
-    ref_loss, ref_grad = CE.reference(_rounded(x, dtype), t, reduction="none")
+    ref_loss, ref_grad = R.cross_entropy_with_grad(_rounded(x, dtype), t, reduction="none")
     for r in range(cols):
         where = f"{dtype} {strategy} raw rows, target column {r} (vector {r // 8}, element {r % 8})"
         _loss_close(loss[r:r + 1], ref_loss[r:r + 1], where)
@@ -465,7 +465,7 @@ def test_the_target_gradient_is_formed_in_fp32_in_every_dtype():
     t = np.array([5, 5])
     for dtype in ("bfloat16", "float16"):
         _, grad = fast.cross_entropy_on_cpu(x, t, dtype)
-        _, ref = CE.reference(x, t, reduction="none")
+        _, ref = R.cross_entropy_with_grad(x, t, reduction="none")
         assert abs(grad[0, 5] - ref[0, 5]) <= accuracy.tolerance(dtype) * abs(ref[0, 5]), dtype
 
 
@@ -572,7 +572,7 @@ def test_cross_entropy_kernel_on_the_gpu(rng, dtype, vocab):
         loss = CE.cross_entropy(leaf, torch.tensor(t).cuda(), reduction="sum", label_smoothing=smoothing,
                                 z_loss=z, backend="cuda")
         loss.backward()
-        ref_loss, ref_grad = CE.reference(seen, t, reduction="sum", label_smoothing=smoothing, z_loss=z)
+        ref_loss, ref_grad = R.cross_entropy_with_grad(seen, t, reduction="sum", label_smoothing=smoothing, z_loss=z)
         plan = fast.plan(vocab, dtype, rows, op="cross_entropy")
         where = f"{plan.describe()} smoothing {smoothing} z {z}"
         _loss_close(np.array([loss.item()]), np.array([ref_loss]), where)
@@ -639,7 +639,7 @@ def test_views_at_odd_offsets_on_the_gpu(rng, dtype, offsets, cols, strategy):
     where = f"cross-entropy, V = {cols}, {dtype}, offsets {offsets}, " \
             f"{fast.plan(cols, dtype, rows, op='cross_entropy', aligned=False, **over).describe()}"
     loss = CE._launch_cuda(xv, tt, -100, "none", 0.1, 0.0, yv, override=over)
-    ref_loss, ref_grad = CE.reference(seen, t, reduction="none", label_smoothing=0.1)
+    ref_loss, ref_grad = R.cross_entropy_with_grad(seen, t, reduction="none", label_smoothing=0.1)
     _loss_close(loss.cpu().numpy(), ref_loss, where)
     assert _grad_err(yv.double().cpu().numpy(), ref_grad) <= accuracy.tolerance(dtype), f"gradient, {where}"
     untouched(bufs, where)

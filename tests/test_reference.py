@@ -6,6 +6,8 @@ import pytest
 
 from a07_softmax import reference as R
 
+from .helpers import whole_range_cross_entropy_rows
+
 
 def direct_softmax(row):
     """Textbook formula in extended precision, shifted only by a constant so it cannot overflow."""
@@ -193,6 +195,44 @@ def test_gradients_match_float64_autograd(rng):
     for reduction in ("mean", "sum"):
         _, g = _autograd(lambda t: torch.nn.functional.cross_entropy(t, torch.tensor(targets), reduction=reduction), xf)
         assert np.allclose(R.cross_entropy_backward(xf, targets, reduction), g, rtol=1e-12, atol=1e-14)
+
+
+def test_cross_entropy_with_grad_is_pytorchs_autograd_over_the_whole_finite_range(rng):
+    """The reference that the fused cross-entropy and exercise 06 are judged by, against
+    F.cross_entropy's float64 autograd: logits up to float32's largest value (tests/helpers.py says
+    what each row holds), an ignored row, targets at both ends, label smoothing, every reduction. A
+    reference that forms lse - x_t or exp(x - lse) fails here (loss 0 where it is log 8, p = 1)."""
+    import torch
+    import torch.nn.functional as F
+
+    x, t, _ = whole_range_cross_entropy_rows(rng, "float32", 40)
+    x = np.concatenate([x, rng.normal(0, 8, size=(3, 40))])
+    t = np.concatenate([t, [-100, 0, 39]])
+    for smoothing in (0.0, 0.1):
+        for reduction in ("none", "mean", "sum"):
+            def loss_fn(xt):
+                return F.cross_entropy(xt, torch.tensor(t), reduction=reduction, label_smoothing=smoothing)
+            want, want_grad = _autograd(loss_fn, x, np.ones(len(t)) if reduction == "none" else None)
+            loss, grad = R.cross_entropy_with_grad(x, t, reduction=reduction, label_smoothing=smoothing)
+            assert np.allclose(loss, want, rtol=1e-12, atol=1e-12), (smoothing, reduction, loss, want)
+            assert np.allclose(grad, want_grad, rtol=1e-10, atol=1e-12), (smoothing, reduction)
+    # the per-row loss of notebook 08 is the same function of the logits
+    keep = t != -100
+    assert np.allclose(R.cross_entropy(x[keep], t[keep]), R.cross_entropy_with_grad(x, t, reduction="none")[0][keep],
+                       rtol=1e-12, atol=1e-12)
+    # z-loss adds z lse^2 to the loss and 2 z lse p to the gradient (rows whose lse^2 fits float64)
+    z, small = 1e-3, slice(7, None)
+    base, g0 = R.cross_entropy_with_grad(x[small], t[small], reduction="none")
+    with_z, gz = R.cross_entropy_with_grad(x[small], t[small], reduction="none", z_loss=z)
+    lse = np.logaddexp.reduce(x[small], axis=1)
+    assert np.allclose((with_z - base)[keep[small]], (z * lse ** 2)[keep[small]], rtol=1e-9)
+    assert np.allclose((gz - g0)[keep[small]], (2 * z * lse[:, None] * R.softmax(x[small]))[keep[small]], rtol=1e-9,
+                       atol=1e-15)
+    # the mean of an all-ignored batch is NaN, its gradient zeros, as in PyTorch
+    loss, grad = R.cross_entropy_with_grad(x[:2], np.array([-100, -100]))
+    assert np.isnan(loss) and not grad.any()
+    with pytest.raises(ValueError, match="reduction"):
+        R.cross_entropy_with_grad(x, t, reduction="batchmean")
 
 
 def test_gradient_formulas_catch_the_usual_slips(rng):
