@@ -447,6 +447,11 @@ def diagnose_log_softmax(got, x) -> str | None:
             if abs(total - 1.0) <= 1e-3:
                 continue
             if np.allclose(got[r], x[r] - m[r], rtol=1e-5, atol=1e-5, equal_nan=True):
+                log_s = np.log(np.exp(x[r] - m[r]).sum())
+                if np.float32(m[r]) + np.float32(log_s) == np.float32(m[r]):  # lse is m itself in float32
+                    return (f"row {r} came out x - max(x): its max is {m[r]:.4g}, where lse = m + log(s) rounds "
+                            f"log(s) = {log_s:.4g} away in float32 (3e38 + 2 is 3e38), so x - lse is x - m. Take "
+                            "(x - m) - log(s): subtract the max first, then log(s)")
                 return (f"row {r} is x - max(x): the log of the sum was not subtracted; log_softmax is "
                         "(x - m) - log(sum(exp(x - m)))")
             return (f"exp of row {r} sums to {total:.4g}, not 1: these are not log-probabilities; the normaliser "

@@ -479,6 +479,10 @@ WRONG = {
         "log of the sum forgotten": (_edit("06", 'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))',
                                            'y = tl.where(s == 0.0, -float("inf"), z)'),
                                      "the log of the sum was not subtracted"),
+        # exact in arithmetic; in float32 the row of the lowest finite value loses log s to lse's rounding
+        "log_softmax as x - lse": (_edit("06", 'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))',
+                                         'y = tl.where(s == 0.0, -float("inf"), x - (tl.where(m == -float("inf"), 0.0, m) '
+                                         '+ tl.log(s)))'), "rounds log(s) = 4.094 away"),
         "log of the sum without the max": (_edit("06", 'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s))',
                                                  'y = tl.where(s == 0.0, -float("inf"), z - tl.log(s) - m)'), "not 1"),
         "log_softmax guarded on the sum (a NaN sum reads as a masked row)": (_edit(
