@@ -31,6 +31,17 @@ FAR_MAX_ROWS = (("the max in the middle, 720 above every other score", np.array(
                 ("the max last, 720 above every other score", np.array([-760, -1000, -720, -900, 0], F32)))
 
 
+# Eight scores at float32's largest value beside small ones: each of the eight has probability 1/8.
+# lse = m + log(s) is m itself there (log 8 is far below the spacing of floats near 3.4e38, 2e31), so
+# an answer that goes through lse (x - lse, exp(x - lse)) gives log p = 0 and p = 1
+TOP_ROW_WHAT = "eight scores at float32's largest value (3.4e38) beside small ones"
+TOP_ROW = np.concatenate([np.full(8, np.finfo(F32).max, F32), np.array([0, -5, 7], F32)])
+TOP_ROW_LOG = ("lse = m + log(s) rounds log(s) away at 3.4e38 (3e38 + 2 is 3e38), so x - lse gives 0 for each of the "
+               "eight where log p is log(1/8): compute (x - m) - log(s)")
+TOP_ROW_SOFTMAX = ("exp(x - lse) is 1 for each of the eight, since lse = m + log(s) rounds to m at 3.4e38: divide "
+                   "exp(x - m) by its sum")
+
+
 class _Fail(Exception):
     pass
 
@@ -161,6 +172,7 @@ def _softmax_cases():
          "a -inf score gets probability 0"),
         ("a long row (4099 values)", (rng.normal(size=4099) * 10).astype(F32), "the outputs must sum to 1"),
         *((what, x, FAR_MAX) for what, x in FAR_MAX_ROWS),
+        (TOP_ROW_WHAT, TOP_ROW, TOP_ROW_SOFTMAX),
     ]
 
 
@@ -169,6 +181,24 @@ def _sums_to_one(got, what):
     total = float(g.sum()) if g.size else 0.0
     if np.isfinite(g).all() and abs(total - 1.0) > 1e-3:
         raise _Fail(f"{what}: the outputs sum to {total:.6g}, not 1 -- probabilities: divide exp(x - m) by its sum")
+
+
+THROUGH_LSE = ("these are exp(x - lse) with lse = m + log(s) in float32: lse is rounded to the spacing of floats at m "
+               "(6e-5 at 1000; at 3.4e38 it is m itself, and every score at the max gets 1), and the error lands on "
+               "every output; divide exp(x - m) by its sum instead")
+
+
+def _through_lse(got, x) -> bool:
+    """Whether `got` is softmax taken as exp(x - lse), lse rounded to float32 (and not the right answer)."""
+    with np.errstate(all="ignore"):
+        g = np.asarray(got, dtype=np.float64)
+        m = x.max()
+        if g.shape != x.shape or not np.isfinite(m):
+            return False
+        lse = np.float32(m) + np.float32(np.log(np.exp(x.astype(np.float64) - m).sum()))
+        cand = np.exp(x.astype(np.float64) - np.float64(lse))
+        return bool(np.allclose(g, cand, rtol=1e-6, atol=0) and
+                    not np.allclose(cand, R.softmax(x.astype(np.float64)), rtol=2e-5, atol=0))
 
 
 def _softmax_cases_run(name, fn, cases, masked_rows_zero: bool):
@@ -180,11 +210,13 @@ def _softmax_cases_run(name, fn, cases, masked_rows_zero: bool):
             empty = masked_rows_zero and np.isneginf(x).all()
             if not empty and np.isfinite(x).any() and not np.any(_array(got, what)):
                 raise _Fail(f"{what}: every output is 0, as for a fully masked row -- {concept}")
-            if not empty:
-                _sums_to_one(got, what)
             try:
+                if not empty:
+                    _sums_to_one(got, what)
                 _compare(got, np.zeros(x.shape) if empty else R.softmax(x.astype(np.float64)), what, rtol=2e-5)
             except _Fail as e:
+                if not empty and _through_lse(got, x):
+                    raise _Fail(f"{what}: {THROUGH_LSE}") from None
                 raise _Fail(f"{e} -- {concept}") from None
         runs.append(run)
     return _run(name, fn, runs)
@@ -430,6 +462,7 @@ def check_log_softmax(fn) -> Verdict:
              "log(softmax(x)) underflows: exp(-205) is 0 in float32 and log(0) = -inf; compute (x - m) - log(s)"),
             ("random scores", np.random.default_rng(2).normal(size=33).astype(F32) * 4, "(x - m) - log(sum exp(x - m))"),
             *((what, x, FAR_MAX) for what, x in FAR_MAX_ROWS),
+            (TOP_ROW_WHAT, TOP_ROW, TOP_ROW_LOG),
             ("a fully masked row", np.full(4, -np.inf, F32), "an empty row gives -inf everywhere, never NaN"),
             ("a row of the lowest finite float32", np.full(4, LOWEST, F32),
              "finite scores are never a masked row, however low: this one is uniform, log(1/4) everywhere; only a "

@@ -171,6 +171,11 @@ WRONG = [
     (inline.check_tile_softmax, lambda t: tile_softmax(np.where(t.max(axis=1, keepdims=True) < -1e30, -np.inf, t)),
      "only a max of exactly -inf"),
     (inline.check_log_softmax, lambda x: x - np.log(np.exp(x).sum()), "max"),
+    # through lse = m + log(s): exact in arithmetic, but lse is m itself near float32's largest value
+    (inline.check_log_softmax, lambda x: np.full_like(x, -np.inf) if np.isneginf(x).all() else
+     x - (x.max() + np.log(np.exp(x - x.max()).sum())), "x - lse gives 0"),
+    (inline.check_softmax, lambda x: np.exp(x.astype(np.float64) - (x.max() + np.log(np.exp(x - x.max()).sum()))),
+     "exp(x - lse) with lse = m + log(s) in float32"),
     # +inf and NaN make the row NaN (docs/contract.md): an isinf guard, or NaN skipped, hides them
     (inline.check_masked_row_softmax, lambda x: np.zeros_like(x) if np.isinf(x.max()) else safe(x), "isinf"),
     (inline.check_masked_row_softmax, lambda x: guarded(np.where(np.isnan(x), -np.inf, x)), "never hidden"),
