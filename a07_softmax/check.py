@@ -497,8 +497,8 @@ def diagnose_ce_loss(got, x, t) -> str | None:
             rounded = (lse32 - x_t).astype(np.float32).astype(np.float64)
         lost = ~np.isclose(rounded, right, rtol=1e-4, atol=1e-4)
         if lost.any() and np.allclose(got[rows], rounded, rtol=1e-4, atol=1e-4):
-            r = int(rows[np.flatnonzero(lost)[0]])
             i = int(np.flatnonzero(lost)[0])
+            r = int(rows[i])
             return (f"row {r}'s loss came out {got[r]:.6g} where it is {right[i]:.6g}: its logits reach {m[i]:.4g}, "
                     "where lse = m + log(s) rounds log(s) away in float32 (3e38 + 2 is 3e38), so lse - x_t loses it. "
                     "Form the loss as log(s) + (m - x_t), as log_softmax forms log p")

@@ -33,13 +33,12 @@ FAR_MAX_ROWS = (("the max in the middle, 720 above every other score", np.array(
 
 # Eight scores at float32's largest value beside small ones: each of the eight has probability 1/8.
 # lse = m + log(s) is m itself there (log 8 is far below the spacing of floats near 3.4e38, 2e31), so
-# an answer that goes through lse (x - lse, exp(x - lse)) gives log p = 0 and p = 1
+# an answer that goes through lse (x - lse, exp(x - lse): THROUGH_LSE names it) gives log p = 0 and p = 1
 TOP_ROW_WHAT = "eight scores at float32's largest value (3.4e38) beside small ones"
 TOP_ROW = np.concatenate([np.full(8, np.finfo(F32).max, F32), np.array([0, -5, 7], F32)])
 TOP_ROW_LOG = ("lse = m + log(s) rounds log(s) away at 3.4e38 (3e38 + 2 is 3e38), so x - lse gives 0 for each of the "
                "eight where log p is log(1/8): compute (x - m) - log(s)")
-TOP_ROW_SOFTMAX = ("exp(x - lse) is 1 for each of the eight, since lse = m + log(s) rounds to m at 3.4e38: divide "
-                   "exp(x - m) by its sum")
+TOP_ROW_SOFTMAX = "each of the eight scores at the max gets 1/8: divide exp(x - m) by its sum"
 
 
 class _Fail(Exception):
@@ -188,10 +187,10 @@ THROUGH_LSE = ("these are exp(x - lse) with lse = m + log(s) in float32: lse is 
                "every output; divide exp(x - m) by its sum instead")
 
 
-def _through_lse(got, x) -> bool:
-    """Whether `got` is softmax taken as exp(x - lse), lse rounded to float32 (and not the right answer)."""
+def _through_lse(g, x) -> bool:
+    """Whether the outputs g are softmax taken as exp(x - lse), lse rounded to float32, where that is
+    not the right answer (so a right answer is never taken for it)."""
     with np.errstate(all="ignore"):
-        g = np.asarray(got, dtype=np.float64)
         m = x.max()
         if g.shape != x.shape or not np.isfinite(m):
             return False
@@ -210,13 +209,13 @@ def _softmax_cases_run(name, fn, cases, masked_rows_zero: bool):
             empty = masked_rows_zero and np.isneginf(x).all()
             if not empty and np.isfinite(x).any() and not np.any(_array(got, what)):
                 raise _Fail(f"{what}: every output is 0, as for a fully masked row -- {concept}")
+            if not empty:
+                if _through_lse(_array(got, what), x):
+                    raise _Fail(f"{what}: {THROUGH_LSE}")
+                _sums_to_one(got, what)
             try:
-                if not empty:
-                    _sums_to_one(got, what)
                 _compare(got, np.zeros(x.shape) if empty else R.softmax(x.astype(np.float64)), what, rtol=2e-5)
             except _Fail as e:
-                if not empty and _through_lse(got, x):
-                    raise _Fail(f"{what}: {THROUGH_LSE}") from None
                 raise _Fail(f"{e} -- {concept}") from None
         runs.append(run)
     return _run(name, fn, runs)
